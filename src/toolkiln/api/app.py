@@ -1,0 +1,52 @@
+"""The FastAPI application over a set of services."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from prometheus_client import CollectorRegistry
+
+import toolkiln
+from toolkiln.api import errors
+from toolkiln.api.middleware import BodyLimit, Metrics
+from toolkiln.api.models import ErrorEnvelope
+from toolkiln.api.routes import access, audit, system, tools
+from toolkiln.domain.limits import MAX_BODY_BYTES
+from toolkiln.services.container import Services
+
+Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
+
+
+@asynccontextmanager
+async def _no_lifespan(_: FastAPI) -> AsyncIterator[None]:
+    yield
+
+
+def create_app(
+    services: Services,
+    *,
+    metrics_token: str | None = None,
+    lifespan: Lifespan = _no_lifespan,
+) -> FastAPI:
+    error_responses: dict[int | str, dict[str, Any]] = {
+        code: {"model": ErrorEnvelope} for code in (400, 401, 403, 404, 409, 413, 422)
+    }
+    app = FastAPI(
+        title="Toolkiln",
+        version=toolkiln.__version__,
+        description="Custom AI-agent tools: registry, sandboxed execution, audit.",
+        lifespan=lifespan,
+        responses=error_responses,
+    )
+    app.state.services = services
+    app.state.metrics_token = metrics_token
+    app.state.registry = CollectorRegistry()
+    errors.install(app)
+    for module in (system, access, tools, audit):
+        app.include_router(module.router)
+    app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
+    app.add_middleware(Metrics, registry=app.state.registry)
+    return app

@@ -1,0 +1,98 @@
+"""The one place that maps errors to HTTP statuses and the contract's error envelope."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from toolkiln.domain import errors
+
+log = logging.getLogger("toolkiln.api")
+
+STATUS: list[tuple[type[errors.ToolkilnError], int]] = [
+    (errors.Unauthenticated, 401),
+    (errors.Forbidden, 403),
+    (errors.NotFound, 404),
+    (errors.Conflict, 409),
+    (errors.PayloadTooLarge, 413),
+    (errors.InvalidRequest, 422),
+    (errors.ServiceUnavailable, 503),
+]
+
+# Routes whose body is a tool definition: their body errors are `invalid_tool` problems.
+TOOL_DEFINITION_ROUTES = {"create_tool", "update_tool", "test_tool"}
+
+HTTP_CODES = {
+    400: "malformed_json",  # the framework raises 400 only when it cannot parse the body
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+}
+
+
+def envelope(status: int, code: str, message: str, details: Any = None) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    body = {"error": {"code": code, "message": message, "details": details}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def status_of(exc: errors.ToolkilnError) -> int:
+    for cls, status in STATUS:
+        if isinstance(exc, cls):
+            return status
+    return 500
+
+
+def field_problems(exc_errors: list[Any]) -> list[dict[str, Any]]:
+    out = []
+    for err in exc_errors:
+        loc = [str(p) for p in err.get("loc", ()) if p not in ("body", "query", "path")]
+        out.append({"field": ".".join(loc) or "body", "message": err.get("msg", "invalid")})
+    return out
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(errors.ToolkilnError)
+    async def _domain(_: Request, exc: errors.ToolkilnError) -> JSONResponse:
+        return envelope(status_of(exc), exc.code, exc.message, exc.details)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errs = list(exc.errors())
+        if any(e.get("type") == "json_invalid" for e in errs):
+            return envelope(400, "malformed_json", "The request body is not valid JSON.")
+        problems = field_problems(errs)
+        if getattr(request.scope.get("route"), "name", None) in TOOL_DEFINITION_ROUTES:
+            n = len(problems)
+            message = f"The tool definition has {n} problem{'s' if n != 1 else ''}."
+            return envelope(422, "invalid_tool", message, problems)
+        return envelope(422, "validation_error", "The request breaks the rules.", problems)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = HTTP_CODES.get(exc.status_code, "http_error")
+        message = exc.detail if isinstance(exc.detail, str) else "The request failed."
+        return envelope(exc.status_code, code, message)
+
+    @app.exception_handler(RecursionError)
+    async def _deep(_: Request, _exc: RecursionError) -> JSONResponse:
+        return envelope(400, "malformed_json", "The request body is nested too deeply.")
+
+    @app.exception_handler(json.JSONDecodeError)
+    async def _json(_: Request, _exc: json.JSONDecodeError) -> JSONResponse:
+        return envelope(400, "malformed_json", "The request body is not valid JSON.")
+
+    @app.exception_handler(Exception)
+    async def _crash(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+        return envelope(500, "internal_error", "The service failed; the error was logged.")

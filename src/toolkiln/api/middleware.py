@@ -1,0 +1,123 @@
+"""Pure ASGI middleware: the request-body cap and Prometheus request metrics."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import MutableMapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from toolkiln.api.errors import envelope
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+class BodyLimit:
+    """Refuse bodies over ``max_bytes`` (413) and bodies that are not JSON (415)."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers", []))
+        length = headers.get(b"content-length", b"")
+        if length.isdigit() and int(length) > self.max_bytes:
+            await self._refuse(scope, receive, send)
+            return
+        kind = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
+        has_body = (length.isdigit() and int(length) > 0) or b"transfer-encoding" in headers
+        if has_body and kind and not (kind == b"application/json" or kind.endswith(b"+json")):
+            response = envelope(
+                415,
+                "unsupported_media_type",
+                "Send the request body as JSON with Content-Type: application/json.",
+                {"content_type": kind.decode("latin-1")},
+            )
+            await response(scope, receive, send)
+            return
+        seen = 0
+        started = False
+
+        async def limited_receive() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise BodyTooLarge
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, tracking_send)
+        except BodyTooLarge:
+            if not started:
+                await self._refuse(scope, receive, send)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = envelope(
+            413,
+            "payload_too_large",
+            f"The request body is larger than {self.max_bytes} bytes.",
+            {"max_bytes": self.max_bytes},
+        )
+        await response(scope, receive, send)
+
+
+class Metrics:
+    """Request counts and latency histograms per route template, in a registry of our own."""
+
+    def __init__(self, app: ASGIApp, registry: CollectorRegistry) -> None:
+        self.app = app
+        self.requests = Counter(
+            "toolkiln_http_requests",
+            "HTTP requests by route template and status.",
+            ["method", "route", "status"],
+            registry=registry,
+        )
+        self.latency = Histogram(
+            "toolkiln_http_request_duration_seconds",
+            "HTTP request latency by route template.",
+            ["method", "route"],
+            registry=registry,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = 500
+
+        async def recording_send(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, recording_send)
+        finally:
+            route = _route_of(scope)
+            method = scope.get("method", "")
+            self.requests.labels(method, route, str(status)).inc()
+            self.latency.labels(method, route).observe(time.perf_counter() - start)
+
+
+def _route_of(scope: MutableMapping[str, Any]) -> str:
+    route = scope.get("route")
+    path = getattr(route, "path", None)
+    return path if isinstance(path, str) else "unmatched"

@@ -1,0 +1,156 @@
+"""Request and response bodies as the OpenAPI document shows them."""
+
+from __future__ import annotations
+
+from typing import Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from toolkiln.domain import limits
+
+T = TypeVar("T")
+
+
+class Body(BaseModel):
+    """Request bodies refuse unknown fields and do not coerce types."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class WorkspaceIn(Body):
+    name: str = Field(min_length=1, max_length=limits.MAX_LABEL_CHARS)
+
+
+class TokenIn(Body):
+    workspace_id: str
+    scopes: list[Literal["read", "write", "invoke", "admin"]] = Field(min_length=1)
+    name: str | None = Field(None, max_length=limits.MAX_LABEL_CHARS)
+
+
+class PolicyPatch(Body):
+    email_allowlist: list[str] | None = Field(None, max_length=1000)
+    builtins: list[str] | None = None
+    max_timeout_ms: int | None = None
+
+
+class ToolFields(Body):
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    input_schema: dict[str, Any] | None = None
+    execution_message_description: str | None = None
+    enable_globally: bool = False
+    timeout_ms: int = limits.DEFAULT_TIMEOUT_MS
+
+
+class ToolCreate(ToolFields):
+    workspace_id: str
+    name: str
+    language: Literal["python", "javascript"]
+    code: str
+
+
+class ToolPatch(Body):
+    name: str | None = None
+    description: str | None = None
+    language: Literal["python", "javascript"] | None = None
+    code: str | None = None
+    parameters: dict[str, Any] | None = None
+    input_schema: dict[str, Any] | None = None
+    execution_message_description: str | None = None
+    enable_globally: bool | None = None
+    timeout_ms: int | None = None
+
+
+class DisableIn(Body):
+    reason: str | None = Field(None, max_length=500)
+
+
+class Workspace(BaseModel):
+    id: str
+    name: str
+    created_at: str
+
+
+class Token(BaseModel):
+    id: str
+    workspace_id: str
+    scopes: list[str]
+    name: str | None
+    created_at: str
+    revoked_at: str | None = None
+
+
+class TokenIssued(Token):
+    token: str = Field(description="The secret value; it appears only in this answer.")
+
+
+class Policy(BaseModel):
+    email_allowlist: list[str]
+    builtins: list[str]
+    max_timeout_ms: int
+
+
+class Tool(BaseModel):
+    id: str
+    workspace_id: str
+    name: str
+    description: str
+    language: str
+    code: str
+    parameters: dict[str, Any] | None
+    input_schema: dict[str, Any]
+    execution_message_description: str | None
+    enable_globally: bool
+    timeout_ms: int
+    status: Literal["active", "disabled"]
+    disabled_reason: str | None
+    usage_count: int
+    failure_count: int
+    last_error: str | None
+    validated: bool
+    version: int
+    created_at: str
+    updated_at: str
+
+
+class ToolVersion(BaseModel):
+    tool_id: str
+    version: int
+    language: str
+    code: str
+    description: str
+    parameters: dict[str, Any] | None
+    input_schema: dict[str, Any]
+    timeout_ms: int
+    created_at: str
+
+
+class AuditRow(BaseModel):
+    id: str
+    workspace_id: str
+    tool_call_id: str | None
+    tool_id: str | None
+    agent_id: str | None
+    source: str
+    event: str
+    data: Any
+    created_at: str
+
+
+class One(BaseModel, Generic[T]):
+    data: T
+
+
+class Many(BaseModel, Generic[T]):
+    data: list[T]
+    next_cursor: str | None = None
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+    details: Any = None
+
+
+class ErrorEnvelope(BaseModel):
+    error: ErrorBody

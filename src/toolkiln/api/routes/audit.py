@@ -1,0 +1,30 @@
+"""The audit trail (CONTRACT section 8)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+
+from toolkiln.api import models, serialize
+from toolkiln.api.deps import Caller, Svc
+from toolkiln.domain.records import AuditFilter
+
+router = APIRouter(prefix="/v1", tags=["audit"])
+
+
+@router.get("/audit", response_model=models.Many[models.AuditRow])
+def list_audit(
+    who: Caller,
+    svc: Svc,
+    workspace_id: str | None = None,
+    tool_id: str | None = None,
+    tool_call_id: str | None = None,
+    agent_id: str | None = None,
+    event: str | None = None,
+    cursor: str | None = None,
+    limit: int | None = None,
+) -> dict[str, Any]:
+    where = AuditFilter(workspace_id, tool_id, tool_call_id, agent_id, event)
+    page = svc.audit.page(who, where, cursor, limit)
+    return {"data": [serialize.audit_row(r) for r in page.items], "next_cursor": page.next_cursor}

@@ -1,0 +1,86 @@
+"""The custom-tool registry (CONTRACT section 3)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Response
+
+from toolkiln.api import models, serialize
+from toolkiln.api.deps import Caller, Svc
+from toolkiln.domain.tools import ToolDraft
+
+router = APIRouter(prefix="/v1/custom-tools", tags=["custom tools"])
+
+
+def draft_of(body: models.ToolCreate) -> ToolDraft:
+    return ToolDraft(
+        name=body.name,
+        language=body.language,
+        code=body.code,
+        description=body.description or "",
+        parameters=body.parameters,
+        input_schema=body.input_schema,
+        execution_message_description=body.execution_message_description,
+        enable_globally=body.enable_globally,
+        timeout_ms=body.timeout_ms,
+    )
+
+
+@router.post("", status_code=201, response_model=models.One[models.Tool], name="create_tool")
+def create_tool(body: models.ToolCreate, who: Caller, svc: Svc) -> dict[str, Any]:
+    tool = svc.tools.create(who, body.workspace_id, draft_of(body))
+    return {"data": serialize.tool(tool)}
+
+
+@router.get("", response_model=models.Many[models.Tool])
+def list_tools(
+    who: Caller,
+    svc: Svc,
+    workspace_id: str | None = None,
+    cursor: str | None = None,
+    limit: Annotated[int | None, Query()] = None,
+) -> dict[str, Any]:
+    page = svc.tools.page(who, workspace_id, cursor, limit)
+    return {"data": [serialize.tool(t) for t in page.items], "next_cursor": page.next_cursor}
+
+
+@router.get("/{tool_id}", response_model=models.One[models.Tool])
+def get_tool(tool_id: str, who: Caller, svc: Svc) -> dict[str, Any]:
+    return {"data": serialize.tool(svc.tools.get(who, tool_id))}
+
+
+@router.patch("/{tool_id}", response_model=models.One[models.Tool], name="update_tool")
+def update_tool(tool_id: str, body: models.ToolPatch, who: Caller, svc: Svc) -> dict[str, Any]:
+    change = body.model_dump(exclude_unset=True)
+    return {"data": serialize.tool(svc.tools.update(who, tool_id, change))}
+
+
+@router.delete("/{tool_id}", status_code=204)
+def delete_tool(tool_id: str, who: Caller, svc: Svc) -> Response:
+    svc.tools.delete(who, tool_id)
+    return Response(status_code=204)
+
+
+@router.post("/{tool_id}/enable", response_model=models.One[models.Tool])
+def enable_tool(tool_id: str, who: Caller, svc: Svc) -> dict[str, Any]:
+    return {"data": serialize.tool(svc.tools.enable(who, tool_id))}
+
+
+@router.post("/{tool_id}/disable", response_model=models.One[models.Tool])
+def disable_tool(
+    tool_id: str, who: Caller, svc: Svc, body: models.DisableIn | None = None
+) -> dict[str, Any]:
+    reason = body.reason if body else None
+    return {"data": serialize.tool(svc.tools.disable(who, tool_id, reason))}
+
+
+@router.get("/{tool_id}/versions", response_model=models.Many[models.ToolVersion])
+def list_versions(tool_id: str, who: Caller, svc: Svc) -> dict[str, Any]:
+    items = svc.tools.versions(who, tool_id)
+    return {"data": [serialize.tool_version(v) for v in items], "next_cursor": None}
+
+
+@router.get("/{tool_id}/versions/{number}", response_model=models.One[models.ToolVersion])
+def get_version(tool_id: str, number: int, who: Caller, svc: Svc) -> dict[str, Any]:
+    return {"data": serialize.tool_version(svc.tools.version(who, tool_id, number))}

@@ -1,0 +1,85 @@
+"""Domain records to the JSON shapes of the contract."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from toolkiln.domain.ids import rfc3339
+from toolkiln.domain.records import AuditRow, Policy, TokenRecord, Workspace
+from toolkiln.domain.schema import schema_to_parameters
+from toolkiln.domain.tools import Tool, ToolVersion
+
+
+def workspace(w: Workspace) -> dict[str, Any]:
+    return {"id": w.id, "name": w.name, "created_at": rfc3339(w.created_at)}
+
+
+def token(t: TokenRecord, value: str | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": t.id,
+        "workspace_id": t.workspace_id,
+        "scopes": sorted(t.scopes),
+        "name": t.name,
+        "created_at": rfc3339(t.created_at),
+        "revoked_at": rfc3339(t.revoked_at) if t.revoked_at else None,
+    }
+    if value is not None:
+        out["token"] = value
+    return out
+
+
+def policy(p: Policy) -> dict[str, Any]:
+    return p.as_dict()
+
+
+def tool(t: Tool) -> dict[str, Any]:
+    return {
+        "id": t.id,
+        "workspace_id": t.workspace_id,
+        "name": t.name,
+        "description": t.description,
+        "language": t.language,
+        "code": t.code,
+        "parameters": schema_to_parameters(t.input_schema),
+        "input_schema": t.input_schema,
+        "execution_message_description": t.execution_message_description,
+        "enable_globally": t.enable_globally,
+        "timeout_ms": t.timeout_ms,
+        "status": t.status,
+        "disabled_reason": t.disabled_reason,
+        "usage_count": t.usage_count,
+        "failure_count": t.failure_count,
+        "last_error": t.last_error,
+        "validated": True,
+        "version": t.version,
+        "created_at": rfc3339(t.created_at),
+        "updated_at": rfc3339(t.updated_at),
+    }
+
+
+def tool_version(v: ToolVersion) -> dict[str, Any]:
+    return {
+        "tool_id": v.tool_id,
+        "version": v.version,
+        "language": v.language,
+        "code": v.code,
+        "description": v.description,
+        "parameters": schema_to_parameters(v.input_schema),
+        "input_schema": v.input_schema,
+        "timeout_ms": v.timeout_ms,
+        "created_at": rfc3339(v.created_at),
+    }
+
+
+def audit_row(r: AuditRow) -> dict[str, Any]:
+    return {
+        "id": str(r.id),
+        "workspace_id": r.workspace_id,
+        "tool_call_id": r.tool_call_id,
+        "tool_id": r.tool_id,
+        "agent_id": r.agent_id,
+        "source": r.source,
+        "event": r.event,
+        "data": r.data,
+        "created_at": rfc3339(r.created_at) if r.created_at else None,
+    }

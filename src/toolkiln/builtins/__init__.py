@@ -1,0 +1,1 @@
+"""Built-in tools, one module each."""

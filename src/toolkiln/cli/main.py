@@ -1,0 +1,134 @@
+"""``toolkiln``: serve, migrate, and manage workspaces and tokens locally.
+
+The CLI acts with the local user's access to the data directory and configuration, so its
+commands need no token.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+
+from toolkiln.app import Runtime, build, build_app
+from toolkiln.config import Settings
+from toolkiln.domain.errors import ToolkilnError
+
+log = logging.getLogger("toolkiln")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="toolkiln", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the API, UI and sandbox pools")
+    serve.add_argument("--host", help="address to listen on (default TOOLKILN_HOST or 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (default TOOLKILN_PORT or 8080)")
+
+    sub.add_parser("migrate", help="apply database migrations and exit")
+
+    ws = sub.add_parser("workspace", help="manage workspaces").add_subparsers(
+        dest="action", required=True
+    )
+    ws_create = ws.add_parser("create", help="create a workspace")
+    ws_create.add_argument("name")
+    ws.add_parser("list", help="list workspaces")
+
+    tok = sub.add_parser("token", help="manage tokens").add_subparsers(dest="action", required=True)
+    tok_create = tok.add_parser("create", help="create a token and print it once")
+    tok_create.add_argument("--workspace", required=True, help="workspace id or name")
+    tok_create.add_argument("--scopes", default="read,write,invoke", help="comma-separated")
+    tok_create.add_argument("--name")
+    tok_revoke = tok.add_parser("revoke", help="revoke a token at once")
+    tok_revoke.add_argument("token_id")
+    tok_list = tok.add_parser("list", help="list tokens (never their values)")
+    tok_list.add_argument("--workspace")
+    return p
+
+
+def _print(obj: object) -> None:
+    print(json.dumps(obj, indent=2, default=str))
+
+
+def _serve(runtime: Runtime, host: str | None, port: int | None) -> None:
+    import uvicorn
+
+    settings = runtime.settings
+    bootstrap = settings.bootstrap_token
+    issued = runtime.services.access.bootstrap(bootstrap.get_secret_value() if bootstrap else None)
+    if issued is not None and bootstrap is None:
+        # Printed once, to the terminal only; it is never logged.
+        print(
+            f"Created workspace 'default' and an admin token (shown only now):\n  {issued.value}\n",
+            file=sys.stderr,
+            flush=True,
+        )
+    uvicorn.run(
+        build_app(runtime),
+        host=host or settings.host,
+        port=port or settings.port,
+        log_level="info",
+        access_log=False,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    args = _parser().parse_args(argv)
+    settings = Settings()
+    runtime = build(settings)
+    access = runtime.services.access
+    try:
+        if args.command == "serve":
+            _serve(runtime, args.host, args.port)
+        elif args.command == "migrate":
+            print("database is at the newest migration")
+        elif args.command == "workspace" and args.action == "create":
+            w = access.create_workspace(None, args.name)
+            _print({"id": w.id, "name": w.name, "created_at": w.created_at})
+        elif args.command == "workspace" and args.action == "list":
+            _print([{"id": w.id, "name": w.name} for w in access.resolve_all()])
+        elif args.command == "token" and args.action == "create":
+            workspace = access.resolve_workspace(args.workspace)
+            issued = access.create_token(None, workspace.id, args.scopes, args.name)
+            _print(
+                {
+                    "id": issued.record.id,
+                    "token": issued.value,
+                    "workspace_id": workspace.id,
+                    "scopes": sorted(issued.record.scopes),
+                }
+            )
+        elif args.command == "token" and args.action == "revoke":
+            access.revoke_token(None, args.token_id)
+            print(f"revoked {args.token_id}")
+        elif args.command == "token" and args.action == "list":
+            ws_id = access.resolve_workspace(args.workspace).id if args.workspace else None
+            _print(
+                [
+                    {
+                        "id": t.id,
+                        "workspace_id": t.workspace_id,
+                        "scopes": sorted(t.scopes),
+                        "name": t.name,
+                        "revoked": t.revoked_at is not None,
+                    }
+                    for t in access.all_tokens(ws_id)
+                ]
+            )
+        return 0
+    except ToolkilnError as exc:
+        print(f"error: {exc.code}: {exc.message}", file=sys.stderr)
+        if exc.details:
+            print(json.dumps(exc.details, indent=2), file=sys.stderr)
+        return 2
+    finally:
+        runtime.close()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

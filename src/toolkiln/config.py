@@ -1,0 +1,34 @@
+"""Typed settings from ``TOOLKILN_*`` environment variables; every one has a working default.
+
+Settings are built by the composition root (``toolkiln.app``) and passed down, never read
+at import time.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """All configuration. docs/configuration.md documents each field; a test keeps them in step."""
+
+    model_config = SettingsConfigDict(env_prefix="TOOLKILN_", extra="ignore")
+
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=1, le=65535)
+    data_dir: Path = Path("./data")
+    database_url: str | None = None
+    bootstrap_token: SecretStr | None = None
+    metrics_token: SecretStr | None = None
+    db_pool_size: int = Field(16, ge=1, le=256)
+
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.data_dir / 'toolkiln.db').resolve()}"
+
+    def ensure_data_dir(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,1 @@
+"""Pure types and rules of Toolkiln. Imports no framework."""

@@ -1,0 +1,76 @@
+"""The one exception tree. Every refusal carries a stable machine-readable ``code``.
+
+Only ``toolkiln.api`` knows which HTTP status each class maps to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+class ToolkilnError(Exception):
+    """Root of every error the service reports to a client."""
+
+    code = "error"
+
+    def __init__(self, message: str, details: Any = None, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+        if code is not None:
+            self.code = code
+
+
+class Unauthenticated(ToolkilnError):
+    """No token, or a token that is unknown or revoked."""
+
+    code = "unauthorized"
+
+
+class Forbidden(ToolkilnError):
+    """The token lacks the scope the operation needs."""
+
+    code = "forbidden"
+
+
+class NotFound(ToolkilnError):
+    """The object does not exist, or belongs to a workspace the caller cannot see."""
+
+    code = "not_found"
+
+
+class Conflict(ToolkilnError):
+    """The change clashes with existing state (for example ``name_taken``)."""
+
+    code = "conflict"
+
+
+class InvalidRequest(ToolkilnError):
+    """A well-formed JSON body that breaks the rules (HTTP 422)."""
+
+    code = "validation_error"
+
+
+class InvalidTool(InvalidRequest):
+    """A tool definition with one or more problems, all listed in ``details``."""
+
+    code = "invalid_tool"
+
+    def __init__(self, problems: Sequence[Mapping[str, Any]]) -> None:
+        n = len(problems)
+        super().__init__(
+            f"The tool definition has {n} problem{'s' if n != 1 else ''}.", list(problems)
+        )
+
+
+class PayloadTooLarge(ToolkilnError):
+    """The request body is over the documented cap."""
+
+    code = "payload_too_large"
+
+
+class ServiceUnavailable(ToolkilnError):
+    """A part the operation needs is not configured or not ready."""
+
+    code = "unavailable"

@@ -1,0 +1,19 @@
+"""Documented size caps and defaults (docs/api.md lists them)."""
+
+from __future__ import annotations
+
+MAX_BODY_BYTES = 1024 * 1024
+MAX_CODE_CHARS = 256 * 1024
+MAX_SCHEMA_BYTES = 64 * 1024
+MAX_SCHEMA_DEPTH = 32
+MAX_NAME_CHARS = 64
+MAX_DESCRIPTION_CHARS = 4096
+MAX_STATUS_LINE_CHARS = 200
+MAX_LABEL_CHARS = 200  # workspace, token and agent names
+
+DEFAULT_TIMEOUT_MS = 5000
+MAX_TIMEOUT_MS = 30000
+MIN_TIMEOUT_MS = 100
+
+DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_SIZE = 500

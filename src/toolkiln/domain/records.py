@@ -1,0 +1,119 @@
+"""Record types for workspaces, tokens, policies, audit rows and pages."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+from toolkiln.domain import limits
+from toolkiln.domain.problems import Problem, nul_problems, problem
+
+T = TypeVar("T")
+
+BUILTIN_NAMES = ("calculate", "send_email", "web_search", "surface_file", "run_code")
+AUDIT_SOURCES = ("llm", "code", "api")
+
+
+@dataclass(slots=True)
+class Workspace:
+    id: str
+    name: str
+    created_at: datetime
+
+
+@dataclass(slots=True)
+class TokenRecord:
+    id: str
+    workspace_id: str
+    scopes: frozenset[str]
+    name: str | None
+    token_hash: str
+    created_at: datetime
+    revoked_at: datetime | None = None
+
+
+@dataclass(slots=True)
+class Policy:
+    """What a workspace's tools and agents may do."""
+
+    email_allowlist: list[str] = field(default_factory=list)
+    builtins: list[str] = field(default_factory=lambda: list(BUILTIN_NAMES))
+    max_timeout_ms: int = limits.MAX_TIMEOUT_MS
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "email_allowlist": list(self.email_allowlist),
+            "builtins": list(self.builtins),
+            "max_timeout_ms": self.max_timeout_ms,
+        }
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any] | None) -> Policy:
+        raw = raw or {}
+        return cls(
+            email_allowlist=list(raw.get("email_allowlist", [])),
+            builtins=list(raw.get("builtins", BUILTIN_NAMES)),
+            max_timeout_ms=int(raw.get("max_timeout_ms", limits.MAX_TIMEOUT_MS)),
+        )
+
+
+def check_policy(policy: Policy) -> list[Problem]:
+    out: list[Problem] = []
+    for i, entry in enumerate(policy.email_allowlist):
+        f = f"email_allowlist.{i}"
+        if not entry or len(entry) > 254 or any(c.isspace() for c in entry) or entry.count("@") > 1:
+            out.append(problem(f, "must be an address (a@b.com) or a domain (example.org)"))
+        out += nul_problems(f, entry)
+    for i, name in enumerate(policy.builtins):
+        if name not in BUILTIN_NAMES:
+            out.append(problem(f"builtins.{i}", f"unknown built-in; known: {list(BUILTIN_NAMES)}"))
+    if not limits.MIN_TIMEOUT_MS <= policy.max_timeout_ms <= limits.MAX_TIMEOUT_MS:
+        out.append(
+            problem(
+                "max_timeout_ms",
+                f"must be between {limits.MIN_TIMEOUT_MS} and {limits.MAX_TIMEOUT_MS}",
+            )
+        )
+    return out
+
+
+def check_label(field_name: str, value: str | None, required: bool = True) -> list[Problem]:
+    """Names of workspaces, tokens and agents: short, printable, no NUL."""
+    if value is None:
+        return [problem(field_name, "is required")] if required else []
+    if required and not value.strip():
+        return [problem(field_name, "must not be empty")]
+    if len(value) > limits.MAX_LABEL_CHARS:
+        return [problem(field_name, f"must be at most {limits.MAX_LABEL_CHARS} characters")]
+    if any(not c.isprintable() for c in value):
+        return [problem(field_name, "must not contain control characters")]
+    return []
+
+
+@dataclass(slots=True)
+class AuditRow:
+    workspace_id: str
+    event: str
+    source: str = "api"
+    tool_id: str | None = None
+    tool_call_id: str | None = None
+    agent_id: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+    created_at: datetime | None = None
+    id: int | None = None
+
+
+@dataclass(slots=True)
+class AuditFilter:
+    workspace_id: str | None = None
+    tool_id: str | None = None
+    tool_call_id: str | None = None
+    agent_id: str | None = None
+    event: str | None = None
+
+
+@dataclass(slots=True)
+class Page(Generic[T]):
+    items: list[T]
+    next_cursor: str | None

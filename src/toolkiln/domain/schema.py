@@ -1,0 +1,87 @@
+"""Input schemas: the seed's ``parameters`` map, JSON Schema 2020-12, and the two-way conversion."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+
+from toolkiln.domain.limits import MAX_SCHEMA_BYTES, MAX_SCHEMA_DEPTH
+from toolkiln.domain.problems import Problem, json_depth, nul_problems, problem
+
+DIALECT = "https://json-schema.org/draft/2020-12/schema"
+JSON_TYPES = {"string", "number", "integer", "boolean", "object", "array", "null"}
+EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
+
+
+def parameters_to_schema(parameters: dict[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
+    """``{"x": {"type": "string", "required": true}}`` -> an object schema with ``required``."""
+    problems: list[Problem] = []
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    for name, spec in parameters.items():
+        field = f"parameters.{name}"
+        if not name or len(name) > 64:
+            problems.append(problem(field, "parameter names must be 1 to 64 characters"))
+            continue
+        if not isinstance(spec, dict):
+            problems.append(problem(field, 'must be an object such as {"type": "string"}'))
+            continue
+        spec = dict(spec)
+        req = spec.pop("required", False)
+        if not isinstance(req, bool):
+            problems.append(problem(f"{field}.required", "must be true or false"))
+        elif req:
+            required.append(name)
+        kind = spec.get("type")
+        kinds = kind if isinstance(kind, list) else [kind]
+        if kind is None or not all(isinstance(k, str) and k in JSON_TYPES for k in kinds):
+            problems.append(
+                problem(f"{field}.type", f"must be one of {', '.join(sorted(JSON_TYPES))}")
+            )
+        properties[name] = spec
+    schema: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        schema["required"] = required
+    return schema, problems
+
+
+def schema_to_parameters(schema: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``parameters`` view of a schema, or None when the schema says more than it can hold."""
+    if set(schema) - {"type", "properties", "required", "additionalProperties", "$schema"}:
+        return None
+    properties = schema.get("properties", {})
+    if schema.get("type") != "object" or not isinstance(properties, dict):
+        return None
+    required = set(schema.get("required", []))
+    out: dict[str, Any] = {}
+    for name, spec in properties.items():
+        if not isinstance(spec, dict):
+            return None
+        out[name] = {**spec, "required": name in required}
+    return out
+
+
+def check_schema(schema: Any, field: str = "input_schema") -> list[Problem]:
+    """A valid 2020-12 schema with an object at its root, within the size and depth caps."""
+    if not isinstance(schema, dict):
+        return [problem(field, "must be a JSON object")]
+    if len(json.dumps(schema)) > MAX_SCHEMA_BYTES:
+        return [problem(field, f"is larger than {MAX_SCHEMA_BYTES} bytes")]
+    if json_depth(schema) > MAX_SCHEMA_DEPTH:
+        return [problem(field, f"is nested deeper than {MAX_SCHEMA_DEPTH} levels")]
+    nul = nul_problems(field, schema)
+    if nul:
+        return nul
+    if schema.get("$schema", DIALECT) != DIALECT:
+        return [problem(f"{field}.$schema", f"only {DIALECT} is supported")]
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        path = ".".join(str(p) for p in exc.path)
+        return [problem(f"{field}.{path}" if path else field, exc.message)]
+    if schema.get("type") != "object":
+        return [problem(f"{field}.type", 'the root must be {"type": "object", ...}')]
+    return []

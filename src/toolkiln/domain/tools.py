@@ -1,0 +1,133 @@
+"""Custom tools: the definition rules, what makes a new version, and the record types."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from toolkiln.domain import limits
+from toolkiln.domain.code_check import LANGUAGES, check_code
+from toolkiln.domain.problems import Problem, nul_problems, problem
+from toolkiln.domain.schema import EMPTY_SCHEMA, check_schema, parameters_to_schema
+
+NAME_RE = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
+VERSIONED_FIELDS = ("code", "input_schema", "description", "timeout_ms", "language")
+AUTO_DISABLE_AFTER = 3
+AUTO_DISABLE_REASON = "automatic, after 3 consecutive failures"
+
+
+@dataclass(slots=True)
+class ToolDraft:
+    """A tool definition as a client sends it, before or after validation."""
+
+    name: str
+    language: str
+    code: str
+    description: str = ""
+    parameters: dict[str, Any] | None = None
+    input_schema: dict[str, Any] | None = None
+    execution_message_description: str | None = None
+    enable_globally: bool = False
+    timeout_ms: int = limits.DEFAULT_TIMEOUT_MS
+
+
+@dataclass(slots=True)
+class Tool:
+    """A stored custom tool at its current version."""
+
+    id: str
+    workspace_id: str
+    name: str
+    description: str
+    language: str
+    code: str
+    input_schema: dict[str, Any]
+    execution_message_description: str | None
+    enable_globally: bool
+    timeout_ms: int
+    status: str
+    disabled_reason: str | None
+    usage_count: int
+    failure_count: int
+    last_error: str | None
+    version: int
+    created_at: datetime
+    updated_at: datetime
+    seq: int = 0
+
+
+@dataclass(slots=True)
+class ToolVersion:
+    """An immutable snapshot of what a version of a tool runs."""
+
+    tool_id: str
+    version: int
+    language: str
+    code: str
+    description: str
+    input_schema: dict[str, Any]
+    timeout_ms: int
+    created_at: datetime
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def check_name(name: str) -> list[Problem]:
+    if len(name) > limits.MAX_NAME_CHARS:
+        return [problem("name", f"must be at most {limits.MAX_NAME_CHARS} characters")]
+    if not NAME_RE.fullmatch(name):
+        return [problem("name", "must be lowercase kebab-case: a-z, 0-9 and single hyphens")]
+    return []
+
+
+def validate_draft(draft: ToolDraft, max_timeout_ms: int) -> tuple[dict[str, Any], list[Problem]]:
+    """Every problem of a definition at once, and its input schema in JSON Schema form."""
+    problems = check_name(draft.name)
+    if len(draft.description) > limits.MAX_DESCRIPTION_CHARS:
+        problems.append(
+            problem("description", f"must be at most {limits.MAX_DESCRIPTION_CHARS} characters")
+        )
+    problems += nul_problems("description", draft.description)
+    status_line = draft.execution_message_description or ""
+    if len(status_line) > limits.MAX_STATUS_LINE_CHARS:
+        problems.append(
+            problem(
+                "execution_message_description",
+                f"must be at most {limits.MAX_STATUS_LINE_CHARS} characters",
+            )
+        )
+    problems += nul_problems("execution_message_description", status_line)
+    ceiling = min(max_timeout_ms, limits.MAX_TIMEOUT_MS)
+    if not limits.MIN_TIMEOUT_MS <= draft.timeout_ms <= ceiling:
+        problems.append(
+            problem("timeout_ms", f"must be between {limits.MIN_TIMEOUT_MS} and {ceiling}")
+        )
+    problems += _code_problems(draft)
+    schema, schema_problems = _schema_of(draft)
+    return schema, problems + schema_problems
+
+
+def _code_problems(draft: ToolDraft) -> list[Problem]:
+    if draft.language not in LANGUAGES:
+        return [problem("language", "must be 'python' or 'javascript'")]
+    if len(draft.code) > limits.MAX_CODE_CHARS:
+        return [problem("code", f"must be at most {limits.MAX_CODE_CHARS} characters")]
+    if not draft.code.strip():
+        return [problem("code", "must not be empty")]
+    nul = nul_problems("code", draft.code)
+    return nul or check_code(draft.language, draft.code)
+
+
+def _schema_of(draft: ToolDraft) -> tuple[dict[str, Any], list[Problem]]:
+    if draft.parameters is not None and draft.input_schema is not None:
+        msg = "give either parameters or input_schema, not both"
+        return EMPTY_SCHEMA, [problem("input_schema", msg)]
+    if draft.input_schema is not None:
+        return draft.input_schema, check_schema(draft.input_schema)
+    if draft.parameters is not None:
+        schema, problems = parameters_to_schema(draft.parameters)
+        if problems:
+            return EMPTY_SCHEMA, problems
+        return schema, check_schema(schema, "parameters")
+    return dict(EMPTY_SCHEMA), []

@@ -1,0 +1,1 @@
+"""The sandbox: template processes, the jail, per-language runners and the host<->child protocol."""

@@ -1,0 +1,18 @@
+"""The set of use cases a transport needs, built once by the composition root."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from toolkiln.services.access import AccessService
+from toolkiln.services.audit import AuditService
+from toolkiln.services.system import SystemService
+from toolkiln.services.tools import ToolService
+
+
+@dataclass(slots=True)
+class Services:
+    access: AccessService
+    tools: ToolService
+    audit: AuditService
+    system: SystemService

@@ -1,0 +1,249 @@
+"""The custom-tool registry: create, change, version, enable, disable, delete."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from toolkiln.domain.auth import Principal
+from toolkiln.domain.errors import Conflict, InvalidTool, NotFound
+from toolkiln.domain.ids import new_id, utcnow
+from toolkiln.domain.records import AuditRow, Page
+from toolkiln.domain.tools import (
+    VERSIONED_FIELDS,
+    Tool,
+    ToolDraft,
+    ToolVersion,
+    validate_draft,
+)
+from toolkiln.services.paging import clamp_limit, decode_cursor, encode_cursor
+from toolkiln.services.ports import UnitOfWork, UnitOfWorkFactory
+
+PATCHABLE = (
+    "name",
+    "description",
+    "language",
+    "code",
+    "parameters",
+    "input_schema",
+    "execution_message_description",
+    "enable_globally",
+    "timeout_ms",
+)
+
+
+def _snapshot(tool: Tool) -> ToolVersion:
+    return ToolVersion(
+        tool.id,
+        tool.version,
+        tool.language,
+        tool.code,
+        tool.description,
+        tool.input_schema,
+        tool.timeout_ms,
+        tool.updated_at,
+    )
+
+
+class ToolService:
+    """Use cases of the registry. Every write leaves an audit row in the same transaction."""
+
+    def __init__(self, uow: UnitOfWorkFactory) -> None:
+        self._uow = uow
+
+    def validate(self, principal: Principal, workspace_id: str, draft: ToolDraft) -> dict[str, Any]:
+        """The draft's input schema, or InvalidTool with every problem found."""
+        principal.require_workspace(workspace_id)
+        with self._uow() as tx:
+            if tx.workspaces.get(workspace_id) is None:
+                raise InvalidTool([{"field": "workspace_id", "message": "no such workspace"}])
+            ceiling = tx.workspaces.policy(workspace_id).max_timeout_ms
+        schema, problems = validate_draft(draft, ceiling)
+        if problems:
+            raise InvalidTool(problems)
+        return schema
+
+    def create(self, principal: Principal, workspace_id: str, draft: ToolDraft) -> Tool:
+        principal.require("write")
+        schema = self.validate(principal, workspace_id, draft)
+        now = utcnow()
+        tool = Tool(
+            id=new_id(),
+            workspace_id=workspace_id,
+            name=draft.name,
+            description=draft.description,
+            language=draft.language,
+            code=draft.code,
+            input_schema=schema,
+            execution_message_description=draft.execution_message_description,
+            enable_globally=draft.enable_globally,
+            timeout_ms=draft.timeout_ms,
+            status="active",
+            disabled_reason=None,
+            usage_count=0,
+            failure_count=0,
+            last_error=None,
+            version=1,
+            created_at=now,
+            updated_at=now,
+        )
+        with self._uow() as tx:
+            if tx.tools.name_taken(workspace_id, draft.name):
+                raise _name_taken(draft.name)
+            tx.tools.add(tool)
+            tx.tools.add_version(_snapshot(tool))
+            self._audit(tx, tool, "tool.created", {"name": tool.name, "version": 1})
+        return tool
+
+    def get(self, principal: Principal, tool_id: str) -> Tool:
+        principal.require("read")
+        with self._uow() as tx:
+            return self._visible(tx, principal, tool_id)
+
+    def page(
+        self, principal: Principal, workspace_id: str | None, cursor: str | None, limit: int | None
+    ) -> Page[Tool]:
+        principal.require("read")
+        if workspace_id is not None:
+            principal.require_workspace(workspace_id)
+        elif not principal.is_admin:
+            workspace_id = principal.workspace_id
+        size = clamp_limit(limit)
+        with self._uow() as tx:
+            items = tx.tools.page(workspace_id, decode_cursor(cursor), size + 1)
+        more = len(items) > size
+        items = items[:size]
+        return Page(items, encode_cursor(items[-1].seq) if more else None)
+
+    def update(self, principal: Principal, tool_id: str, change: dict[str, Any]) -> Tool:
+        principal.require("write")
+        with self._uow() as tx:
+            current = self._visible(tx, principal, tool_id)
+            ceiling = tx.workspaces.policy(current.workspace_id).max_timeout_ms
+            draft = self._merged_draft(current, change)
+            schema, problems = validate_draft(draft, ceiling)
+            if problems:
+                raise InvalidTool(problems)
+            if draft.name != current.name and tx.tools.name_taken(
+                current.workspace_id, draft.name, except_id=current.id
+            ):
+                raise _name_taken(draft.name)
+            proposed = {
+                "name": draft.name,
+                "description": draft.description,
+                "language": draft.language,
+                "code": draft.code,
+                "input_schema": schema,
+                "execution_message_description": draft.execution_message_description,
+                "enable_globally": draft.enable_globally,
+                "timeout_ms": draft.timeout_ms,
+            }
+            before = asdict(current)
+            fields: dict[str, Any] = {k: v for k, v in proposed.items() if before[k] != v}
+            if not fields:
+                return current
+            new_version = any(k in VERSIONED_FIELDS for k in fields)
+            fields["updated_at"] = utcnow()
+            if new_version:
+                fields["version"] = current.version + 1
+            tx.tools.update(current.id, fields)
+            updated = self._visible(tx, principal, tool_id)
+            if new_version:
+                tx.tools.add_version(_snapshot(updated))
+            self._audit(
+                tx,
+                updated,
+                "tool.updated",
+                {
+                    "changed": sorted(k for k in fields if k != "updated_at"),
+                    "version": updated.version,
+                },
+            )
+            return updated
+
+    @staticmethod
+    def _merged_draft(current: Tool, change: dict[str, Any]) -> ToolDraft:
+        values: dict[str, Any] = {
+            "name": current.name,
+            "language": current.language,
+            "code": current.code,
+            "description": current.description,
+            "input_schema": current.input_schema,
+            "execution_message_description": current.execution_message_description,
+            "enable_globally": current.enable_globally,
+            "timeout_ms": current.timeout_ms,
+        }
+        if "parameters" in change and "input_schema" not in change:
+            values["input_schema"] = None  # the new parameters replace the schema
+        values.update({k: v for k, v in change.items() if k in PATCHABLE})
+        if values.get("description") is None:
+            values["description"] = ""
+        return ToolDraft(**values)
+
+    def delete(self, principal: Principal, tool_id: str) -> None:
+        principal.require("write")
+        with self._uow() as tx:
+            tool = self._visible(tx, principal, tool_id)
+            tx.tools.delete(tool.id)
+            self._audit(tx, tool, "tool.deleted", {"name": tool.name, "version": tool.version})
+
+    def enable(self, principal: Principal, tool_id: str) -> Tool:
+        principal.require("write")
+        with self._uow() as tx:
+            tool = self._visible(tx, principal, tool_id)
+            tx.tools.update(
+                tool.id,
+                {
+                    "status": "active",
+                    "failure_count": 0,
+                    "disabled_reason": None,
+                    "updated_at": utcnow(),
+                },
+            )
+            self._audit(tx, tool, "tool.enabled", {"previous_status": tool.status})
+            return self._visible(tx, principal, tool_id)
+
+    def disable(self, principal: Principal, tool_id: str, reason: str | None = None) -> Tool:
+        principal.require("write")
+        reason = reason or "disabled by a user"
+        with self._uow() as tx:
+            tool = self._visible(tx, principal, tool_id)
+            tx.tools.update(
+                tool.id, {"status": "disabled", "disabled_reason": reason, "updated_at": utcnow()}
+            )
+            self._audit(tx, tool, "tool.disabled", {"reason": reason})
+            return self._visible(tx, principal, tool_id)
+
+    def versions(self, principal: Principal, tool_id: str) -> list[ToolVersion]:
+        principal.require("read")
+        with self._uow() as tx:
+            self._visible(tx, principal, tool_id)
+            return tx.tools.versions(tool_id)
+
+    def version(self, principal: Principal, tool_id: str, number: int) -> ToolVersion:
+        principal.require("read")
+        with self._uow() as tx:
+            self._visible(tx, principal, tool_id)
+            found = tx.tools.version(tool_id, number)
+        if found is None:
+            raise NotFound("No such version of this tool.")
+        return found
+
+    @staticmethod
+    def _visible(tx: UnitOfWork, principal: Principal, tool_id: str) -> Tool:
+        tool = tx.tools.get(tool_id)
+        if tool is None or not principal.can_see(tool.workspace_id):
+            raise NotFound("No custom tool with that id.")
+        return tool
+
+    @staticmethod
+    def _audit(tx: UnitOfWork, tool: Tool, event: str, data: dict[str, Any]) -> None:
+        tx.audit.add(AuditRow(tool.workspace_id, event, tool_id=tool.id, data=data))
+
+
+def _name_taken(name: str) -> Conflict:
+    return Conflict(
+        f"A tool named {name!r} exists in this workspace.",
+        [{"field": "name", "message": "is taken in this workspace"}],
+        code="name_taken",
+    )

@@ -1,0 +1,1 @@
+"""SQLAlchemy tables, repositories and Alembic migrations (SQLite and PostgreSQL)."""

@@ -1,0 +1,261 @@
+"""Repositories over one connection: the storage side of ``services.ports``."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, RowMapping
+
+from toolkiln.domain.errors import Conflict
+from toolkiln.domain.ids import utcnow
+from toolkiln.domain.records import AuditFilter, AuditRow, Policy, TokenRecord, Workspace
+from toolkiln.domain.tools import Tool, ToolVersion
+from toolkiln.storage.tables import audit, tokens, tool_versions, tools, workspaces
+
+
+def _utc(moment: datetime | None) -> datetime | None:
+    if moment is None:
+        return None
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+class SqlWorkspaces:
+    def __init__(self, conn: Connection) -> None:
+        self._c = conn
+
+    @staticmethod
+    def _row(r: RowMapping) -> Workspace:
+        return Workspace(r["id"], r["name"], _utc(r["created_at"]) or utcnow())
+
+    def add(self, workspace: Workspace, policy: Policy) -> None:
+        self._c.execute(
+            workspaces.insert().values(
+                id=workspace.id,
+                name=workspace.name,
+                policy=policy.as_dict(),
+                created_at=workspace.created_at,
+            )
+        )
+
+    def get(self, workspace_id: str) -> Workspace | None:
+        r = self._c.execute(workspaces.select().where(workspaces.c.id == workspace_id)).mappings()
+        row = r.first()
+        return self._row(row) if row else None
+
+    def get_by_name(self, name: str) -> Workspace | None:
+        r = self._c.execute(workspaces.select().where(workspaces.c.name == name)).mappings()
+        row = r.first()
+        return self._row(row) if row else None
+
+    def all(self, only_id: str | None = None) -> list[Workspace]:
+        q = workspaces.select().order_by(workspaces.c.created_at, workspaces.c.id)
+        if only_id is not None:
+            q = q.where(workspaces.c.id == only_id)
+        return [self._row(r) for r in self._c.execute(q).mappings()]
+
+    def policy(self, workspace_id: str) -> Policy:
+        raw = self._c.execute(
+            sa.select(workspaces.c.policy).where(workspaces.c.id == workspace_id)
+        ).scalar()
+        return Policy.from_dict(raw)
+
+    def set_policy(self, workspace_id: str, policy: Policy) -> None:
+        self._c.execute(
+            workspaces.update()
+            .where(workspaces.c.id == workspace_id)
+            .values(policy=policy.as_dict())
+        )
+
+
+class SqlTokens:
+    def __init__(self, conn: Connection) -> None:
+        self._c = conn
+
+    @staticmethod
+    def _row(r: RowMapping) -> TokenRecord:
+        return TokenRecord(
+            r["id"],
+            r["workspace_id"],
+            frozenset(r["scopes"].split(",")),
+            r["name"],
+            r["token_hash"],
+            _utc(r["created_at"]) or utcnow(),
+            _utc(r["revoked_at"]),
+        )
+
+    def add(self, token: TokenRecord) -> None:
+        self._c.execute(
+            tokens.insert().values(
+                id=token.id,
+                workspace_id=token.workspace_id,
+                token_hash=token.token_hash,
+                scopes=",".join(sorted(token.scopes)),
+                name=token.name,
+                created_at=token.created_at,
+            )
+        )
+
+    def get(self, token_id: str) -> TokenRecord | None:
+        row = self._c.execute(tokens.select().where(tokens.c.id == token_id)).mappings().first()
+        return self._row(row) if row else None
+
+    def by_hash(self, token_hash: str) -> TokenRecord | None:
+        q = tokens.select().where(tokens.c.token_hash == token_hash)
+        row = self._c.execute(q).mappings().first()
+        return self._row(row) if row else None
+
+    def all(self, workspace_id: str | None) -> list[TokenRecord]:
+        q = tokens.select().order_by(tokens.c.created_at, tokens.c.id)
+        if workspace_id is not None:
+            q = q.where(tokens.c.workspace_id == workspace_id)
+        return [self._row(r) for r in self._c.execute(q).mappings()]
+
+    def revoke(self, token_id: str) -> None:
+        self._c.execute(tokens.update().where(tokens.c.id == token_id).values(revoked_at=utcnow()))
+
+    def any_admin(self) -> bool:
+        q = sa.select(tokens.c.scopes).where(tokens.c.revoked_at.is_(None))
+        return any("admin" in s.split(",") for s in self._c.execute(q).scalars())
+
+
+_TOOL_FIELDS = [c.name for c in tools.columns]
+
+
+class SqlTools:
+    def __init__(self, conn: Connection) -> None:
+        self._c = conn
+
+    @staticmethod
+    def _row(r: RowMapping) -> Tool:
+        values = {k: r[k] for k in _TOOL_FIELDS}
+        values["created_at"] = _utc(values["created_at"])
+        values["updated_at"] = _utc(values["updated_at"])
+        return Tool(**values)
+
+    def add(self, tool: Tool) -> None:
+        values = {k: getattr(tool, k) for k in _TOOL_FIELDS if k != "seq"}
+        try:
+            with self._c.begin_nested():
+                self._c.execute(tools.insert().values(**values))
+        except sa.exc.IntegrityError as exc:
+            raise Conflict("A tool with that name exists.", code="name_taken") from exc
+
+    def get(self, tool_id: str) -> Tool | None:
+        row = self._c.execute(tools.select().where(tools.c.id == tool_id)).mappings().first()
+        return self._row(row) if row else None
+
+    def name_taken(self, workspace_id: str, name: str, except_id: str | None = None) -> bool:
+        q = sa.select(tools.c.id).where(tools.c.workspace_id == workspace_id, tools.c.name == name)
+        if except_id is not None:
+            q = q.where(tools.c.id != except_id)
+        return self._c.execute(q).first() is not None
+
+    def page(self, workspace_id: str | None, after_seq: int, limit: int) -> list[Tool]:
+        q = tools.select().where(tools.c.seq > after_seq).order_by(tools.c.seq).limit(limit)
+        if workspace_id is not None:
+            q = q.where(tools.c.workspace_id == workspace_id)
+        return [self._row(r) for r in self._c.execute(q).mappings()]
+
+    def update(self, tool_id: str, fields: dict[str, Any]) -> None:
+        try:
+            with self._c.begin_nested():
+                self._c.execute(tools.update().where(tools.c.id == tool_id).values(**fields))
+        except sa.exc.IntegrityError as exc:
+            raise Conflict("A tool with that name exists.", code="name_taken") from exc
+
+    def delete(self, tool_id: str) -> None:
+        self._c.execute(tool_versions.delete().where(tool_versions.c.tool_id == tool_id))
+        self._c.execute(tools.delete().where(tools.c.id == tool_id))
+
+    def add_version(self, version: ToolVersion) -> None:
+        self._c.execute(
+            tool_versions.insert().values(
+                tool_id=version.tool_id,
+                version=version.version,
+                language=version.language,
+                code=version.code,
+                description=version.description,
+                input_schema=version.input_schema,
+                timeout_ms=version.timeout_ms,
+                created_at=version.created_at,
+            )
+        )
+
+    @staticmethod
+    def _version(r: RowMapping) -> ToolVersion:
+        return ToolVersion(
+            r["tool_id"],
+            r["version"],
+            r["language"],
+            r["code"],
+            r["description"],
+            r["input_schema"],
+            r["timeout_ms"],
+            _utc(r["created_at"]) or utcnow(),
+        )
+
+    def versions(self, tool_id: str) -> list[ToolVersion]:
+        q = tool_versions.select().where(tool_versions.c.tool_id == tool_id)
+        return [
+            self._version(r)
+            for r in self._c.execute(q.order_by(tool_versions.c.version)).mappings()
+        ]
+
+    def version(self, tool_id: str, number: int) -> ToolVersion | None:
+        q = tool_versions.select().where(
+            tool_versions.c.tool_id == tool_id, tool_versions.c.version == number
+        )
+        row = self._c.execute(q).mappings().first()
+        return self._version(row) if row else None
+
+
+class SqlAudit:
+    def __init__(self, conn: Connection) -> None:
+        self._c = conn
+
+    def add(self, row: AuditRow) -> None:
+        self._c.execute(
+            audit.insert().values(
+                workspace_id=row.workspace_id,
+                tool_call_id=row.tool_call_id,
+                tool_id=row.tool_id,
+                agent_id=row.agent_id,
+                source=row.source,
+                event=row.event,
+                data=row.data,
+                created_at=row.created_at or utcnow(),
+            )
+        )
+
+    def page(self, where: AuditFilter, after_id: int, limit: int) -> list[AuditRow]:
+        q = audit.select().where(audit.c.id > after_id).order_by(audit.c.id).limit(limit)
+        for name in ("workspace_id", "tool_id", "tool_call_id", "agent_id", "event"):
+            value = getattr(where, name)
+            if value is not None:
+                q = q.where(audit.c[name] == value)
+        return [
+            AuditRow(
+                workspace_id=r["workspace_id"],
+                event=r["event"],
+                source=r["source"],
+                tool_id=r["tool_id"],
+                tool_call_id=r["tool_call_id"],
+                agent_id=r["agent_id"],
+                data=r["data"],
+                created_at=_utc(r["created_at"]),
+                id=r["id"],
+            )
+            for r in self._c.execute(q).mappings()
+        ]
+
+
+class SqlUnitOfWork:
+    """The repositories of one transaction."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.workspaces = SqlWorkspaces(conn)
+        self.tokens = SqlTokens(conn)
+        self.tools = SqlTools(conn)
+        self.audit = SqlAudit(conn)

@@ -1,0 +1,88 @@
+"""The schema, in SQLAlchemy Core. Migrations in ``migrations/`` create exactly this."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import JSONB
+
+metadata = sa.MetaData()
+JSONType = sa.JSON().with_variant(JSONB(), "postgresql")
+Moment = sa.DateTime(timezone=True)
+
+workspaces = sa.Table(
+    "workspaces",
+    metadata,
+    sa.Column("id", sa.String(32), primary_key=True),
+    sa.Column("name", sa.String(200), nullable=False, unique=True),
+    sa.Column("policy", JSONType, nullable=False),
+    sa.Column("created_at", Moment, nullable=False),
+)
+
+tokens = sa.Table(
+    "tokens",
+    metadata,
+    sa.Column("id", sa.String(32), primary_key=True),
+    sa.Column("workspace_id", sa.String(32), sa.ForeignKey("workspaces.id"), nullable=False),
+    sa.Column("token_hash", sa.String(64), nullable=False, unique=True),
+    sa.Column("scopes", sa.String(64), nullable=False),
+    sa.Column("name", sa.String(200)),
+    sa.Column("created_at", Moment, nullable=False),
+    sa.Column("revoked_at", Moment),
+)
+
+tools = sa.Table(
+    "tools",
+    metadata,
+    sa.Column("seq", sa.Integer, sa.Identity(), primary_key=True),
+    sa.Column("id", sa.String(32), nullable=False, unique=True),
+    sa.Column("workspace_id", sa.String(32), sa.ForeignKey("workspaces.id"), nullable=False),
+    sa.Column("name", sa.String(64), nullable=False),
+    sa.Column("description", sa.Text, nullable=False),
+    sa.Column("language", sa.String(16), nullable=False),
+    sa.Column("code", sa.Text, nullable=False),
+    sa.Column("input_schema", JSONType, nullable=False),
+    sa.Column("execution_message_description", sa.String(200)),
+    sa.Column("enable_globally", sa.Boolean, nullable=False),
+    sa.Column("timeout_ms", sa.Integer, nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("disabled_reason", sa.Text),
+    sa.Column("usage_count", sa.BigInteger, nullable=False),
+    sa.Column("failure_count", sa.Integer, nullable=False),
+    sa.Column("last_error", sa.Text),
+    sa.Column("version", sa.Integer, nullable=False),
+    sa.Column("created_at", Moment, nullable=False),
+    sa.Column("updated_at", Moment, nullable=False),
+    sa.UniqueConstraint("workspace_id", "name", name="uq_tools_workspace_name"),
+)
+
+tool_versions = sa.Table(
+    "tool_versions",
+    metadata,
+    sa.Column("tool_id", sa.String(32), primary_key=True),
+    sa.Column("version", sa.Integer, primary_key=True),
+    sa.Column("language", sa.String(16), nullable=False),
+    sa.Column("code", sa.Text, nullable=False),
+    sa.Column("description", sa.Text, nullable=False),
+    sa.Column("input_schema", JSONType, nullable=False),
+    sa.Column("timeout_ms", sa.Integer, nullable=False),
+    sa.Column("created_at", Moment, nullable=False),
+)
+
+audit = sa.Table(
+    "audit",
+    metadata,
+    sa.Column(
+        "id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), sa.Identity(), primary_key=True
+    ),
+    sa.Column("workspace_id", sa.String(32), nullable=False),
+    sa.Column("tool_call_id", sa.String(64)),
+    sa.Column("tool_id", sa.String(32)),
+    sa.Column("agent_id", sa.String(64)),
+    sa.Column("source", sa.String(8), nullable=False),
+    sa.Column("event", sa.String(80), nullable=False),
+    sa.Column("data", JSONType, nullable=False),
+    sa.Column("created_at", Moment, nullable=False),
+    sa.Index("ix_audit_workspace", "workspace_id", "id"),
+    sa.Index("ix_audit_tool", "tool_id", "id"),
+    sa.Index("ix_audit_call", "tool_call_id"),
+)

@@ -1,0 +1,188 @@
+"""The auth matrix, and hostile or malformed input that must never become a 500."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.conftest import Space, seed_tool
+
+
+def test_auth_matrix(client: TestClient, space: Space, other_space: Space, rw) -> None:
+    r = client.post("/v1/custom-tools", json=seed_tool(space), headers=rw)
+    tool_id = r.json()["data"]["id"]
+    url = f"/v1/custom-tools/{tool_id}"
+    assert client.get(url).status_code == 401
+    assert client.get(url).json()["error"]["code"] == "unauthorized"
+    assert client.get(url, headers={"Authorization": "Bearer nope"}).status_code == 401
+    assert client.get(url, headers={"Authorization": "Basic abc"}).status_code == 401
+    # missing scope
+    for scopes, method, path, body in [
+        (("read",), "post", "/v1/custom-tools", seed_tool(space, name="x")),
+        (("read",), "patch", url, {"description": "x"}),
+        (("read",), "delete", url, None),
+        (("read",), "post", f"{url}/disable", None),
+        (("invoke",), "get", url, None),
+        (("write",), "get", "/v1/audit", None),
+        (("read", "write", "invoke"), "post", "/v1/workspaces", {"name": "w"}),
+        (("read", "write", "invoke"), "get", "/v1/tokens", None),
+    ]:
+        r = client.request(method, path, json=body, headers=space.auth(*scopes))
+        assert r.status_code == 403, (scopes, method, path)
+        assert r.json()["error"]["code"] == "forbidden"
+    # another workspace's object does not exist for you
+    other = other_space.auth("read", "write", "invoke")
+    for method, path in [("get", url), ("patch", url), ("delete", url), ("get", f"{url}/versions")]:
+        body = {"description": "x"} if method == "patch" else None
+        assert client.request(method, path, json=body, headers=other).status_code == 404
+    assert client.get(f"/v1/workspaces/{space.id}", headers=other).status_code == 404
+    r = client.post("/v1/custom-tools", json=seed_tool(space, name="y"), headers=other)
+    assert r.status_code == 404
+    listed = client.get("/v1/custom-tools", headers=other).json()["data"]
+    assert tool_id not in {t["id"] for t in listed}
+    # an admin token reaches every workspace
+    assert client.get(url, headers=other_space.auth("admin")).status_code == 200
+
+
+def test_tokens_are_shown_once_and_revocable(client: TestClient, space: Space) -> None:
+    admin = space.auth("admin")
+    r = client.post(
+        "/v1/tokens",
+        json={"workspace_id": space.id, "scopes": ["read"], "name": "ci"},
+        headers=admin,
+    )
+    assert r.status_code == 201
+    issued = r.json()["data"]
+    assert issued["token"].startswith("tk_") and issued["scopes"] == ["read"]
+    listed = client.get("/v1/tokens", params={"workspace_id": space.id}, headers=admin).json()[
+        "data"
+    ]
+    assert issued["id"] in {t["id"] for t in listed}
+    assert all("token" not in t for t in listed)
+    mine = {"Authorization": f"Bearer {issued['token']}"}
+    assert client.get(f"/v1/workspaces/{space.id}", headers=mine).status_code == 200
+    assert client.delete(f"/v1/tokens/{issued['id']}", headers=admin).status_code == 204
+    assert client.get(f"/v1/workspaces/{space.id}", headers=mine).status_code == 401
+    bad = client.post(
+        "/v1/tokens", json={"workspace_id": space.id, "scopes": ["root"]}, headers=admin
+    )
+    assert bad.status_code == 422
+
+
+def test_workspaces_and_policy(client: TestClient, space: Space) -> None:
+    admin = space.auth("admin")
+    r = client.post("/v1/workspaces", json={"name": f"{space.name}-b"}, headers=admin)
+    assert r.status_code == 201
+    again = client.post("/v1/workspaces", json={"name": f"{space.name}-b"}, headers=admin)
+    assert again.status_code == 409
+    mine = client.get("/v1/workspaces", headers=space.auth("read")).json()["data"]
+    assert [w["id"] for w in mine] == [space.id]
+    url = f"/v1/workspaces/{space.id}/policy"
+    policy = client.get(url, headers=space.auth("read")).json()["data"]
+    assert policy["max_timeout_ms"] == 30000 and "calculate" in policy["builtins"]
+    change = {"email_allowlist": ["a@b.com", "example.org"], "max_timeout_ms": 2000}
+    new = client.patch(url, json=change, headers=space.auth("write")).json()["data"]
+    assert new["email_allowlist"] == ["a@b.com", "example.org"] and new["max_timeout_ms"] == 2000
+    rw = space.auth("read", "write", "invoke")
+    r = client.post("/v1/custom-tools", json=seed_tool(space, timeout_ms=3000), headers=rw)
+    assert r.status_code == 422 and r.json()["error"]["details"][0]["field"] == "timeout_ms"
+    bad = client.patch(url, json={"builtins": ["rm_rf"]}, headers=space.auth("write"))
+    assert bad.status_code == 422 and bad.json()["error"]["details"][0]["field"] == "builtins.0"
+
+
+def _count(client: TestClient, space: Space, rw) -> int:
+    return len(
+        client.get("/v1/custom-tools", params={"workspace_id": space.id}, headers=rw).json()["data"]
+    )
+
+
+def test_malformed_and_hostile_bodies_get_clear_4xx(client: TestClient, space: Space, rw) -> None:
+    post = "/v1/custom-tools"
+    json_headers = {**rw, "Content-Type": "application/json"}
+    cases = [
+        (b"{bad", 400, "malformed_json"),
+        (b"", 422, "invalid_tool"),
+        (b"[" * 100_000 + b"]" * 100_000, 400, "malformed_json"),
+        (b'"just a string"', 422, "invalid_tool"),
+        (json.dumps(seed_tool(space, timeout_ms="5000")).encode(), 422, "invalid_tool"),
+        (json.dumps(seed_tool(space, extra_field=1)).encode(), 422, "invalid_tool"),
+        (json.dumps(seed_tool(space, name="a" * 65)).encode(), 422, "invalid_tool"),
+        (json.dumps(seed_tool(space, name="lookup\u2010order")).encode(), 422, "invalid_tool"),
+        (json.dumps(seed_tool(space, name="l\u043eokup")).encode(), 422, "invalid_tool"),
+        (json.dumps(seed_tool(space, name="name\n")).encode(), 422, "invalid_tool"),
+        (json.dumps(seed_tool(space, name="a\x00b")).encode(), 422, "invalid_tool"),
+        (json.dumps(seed_tool(space, description="x\x00")).encode(), 422, "invalid_tool"),
+        (
+            json.dumps(seed_tool(space, code="def main(**p):\n    return '\x00'")).encode(),
+            422,
+            "invalid_tool",
+        ),
+        (json.dumps(seed_tool(space, code="x" * 300_000)).encode(), 422, "invalid_tool"),
+        (
+            json.dumps(seed_tool(space, parameters={"a\x00": {"type": "string"}})).encode(),
+            422,
+            "invalid_tool",
+        ),
+        (json.dumps(seed_tool(space, language="ruby")).encode(), 422, "invalid_tool"),
+        (json.dumps(seed_tool(space, workspace_id="nope")).encode(), 404, "not_found"),
+        (b'{"a": ' + b"1" * 2_000_000 + b"}", 413, "payload_too_large"),
+    ]
+    before = _count(client, space, rw)
+    for body, status, code in cases:
+        r = client.post(post, content=body, headers=json_headers)
+        assert r.status_code == status, (body[:60], r.text[:300])
+        assert r.json()["error"]["code"] == code, body[:60]
+        assert "Traceback" not in r.text
+    assert _count(client, space, rw) == before
+    form = client.post(post, content=b"a=1", headers={**rw, "Content-Type": "text/plain"})
+    assert form.status_code == 415 and form.json()["error"]["code"] == "unsupported_media_type"
+    deep_schema = {"type": "object"}
+    node = deep_schema
+    for _ in range(100):
+        node["properties"] = {"a": {"type": "object"}}
+        node = node["properties"]["a"]
+    r = client.post(
+        post, json=seed_tool(space, parameters=None, input_schema=deep_schema), headers=rw
+    )
+    assert r.status_code == 422 and "deeper" in r.json()["error"]["details"][0]["message"]
+    assert client.get("/healthz").status_code == 200
+
+
+@pytest.mark.parametrize(
+    "method,path,status,code",
+    [
+        ("get", "/v1/nothing-here", 404, "not_found"),
+        ("put", "/healthz", 405, "method_not_allowed"),
+        ("get", "/v1/custom-tools/x/versions/notanumber", 422, "validation_error"),
+    ],
+)
+def test_framework_errors_use_the_envelope(
+    client: TestClient, rw, method, path, status, code
+) -> None:
+    r = client.request(method, path, headers=rw)
+    assert r.status_code == status
+    assert r.json()["error"]["code"] == code
+
+
+def test_system_endpoints(client: TestClient, rw) -> None:
+    health = client.get("/healthz")
+    assert health.status_code == 200 and health.json()["status"] == "ok"
+    spec = client.get("/openapi.json").json()
+    for path in [
+        "/v1/custom-tools",
+        "/v1/custom-tools/{tool_id}",
+        "/v1/custom-tools/{tool_id}/versions/{number}",
+        "/v1/custom-tools/{tool_id}/enable",
+        "/v1/workspaces/{workspace_id}/policy",
+        "/v1/tokens",
+        "/v1/audit",
+    ]:
+        assert path in spec["paths"], path
+    client.get("/v1/custom-tools", headers=rw)
+    text = client.get("/metrics").text
+    assert (
+        'toolkiln_http_requests_total{method="GET",route="/v1/custom-tools",status="200"}' in text
+    )
+    assert "toolkiln_http_request_duration_seconds_bucket" in text

@@ -1,0 +1,122 @@
+"""Shared fixtures: real SQLite and real PostgreSQL, a fresh database per test run.
+
+PostgreSQL is required (CI runs on a machine that has it). Point
+``TOOLKILN_TEST_POSTGRES_URL`` at a server where the user may create databases; each run
+creates its own database and drops it at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import pytest
+from fastapi.testclient import TestClient
+
+from toolkiln.api.app import create_app
+from toolkiln.app import Runtime, build
+from toolkiln.config import Settings
+
+PG_URL = os.environ.get(
+    "TOOLKILN_TEST_POSTGRES_URL", "postgresql+psycopg://root@127.0.0.1:5432/test"
+)
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    base = PG_URL.replace("postgresql+psycopg://", "postgresql://")
+    name = f"toolkiln_t_{secrets.token_hex(4)}"
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    head, _, _ = PG_URL.rpartition("/")
+    yield f"{head}/{name}"
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session", params=["sqlite", "postgresql"])
+def backend(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(request.param)
+
+
+@pytest.fixture(scope="session")
+def runtime(
+    backend: str, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Runtime]:
+    data_dir = tmp_path_factory.mktemp(f"data-{backend}")
+    url = None if backend == "sqlite" else request.getfixturevalue("postgres_url")
+    rt = build(Settings(data_dir=data_dir, database_url=url))
+    yield rt
+    rt.close()
+
+
+@pytest.fixture(scope="session")
+def client(runtime: Runtime) -> Iterator[TestClient]:
+    with TestClient(create_app(runtime.services), raise_server_exceptions=False) as c:
+        yield c
+
+
+@dataclass
+class Space:
+    """A workspace of this test's own, with tokens of each scope."""
+
+    id: str
+    name: str
+    tokens: dict[str, str]
+
+    def auth(self, *scopes: str) -> dict[str, str]:
+        key = ",".join(sorted(scopes)) or "admin"
+        return {"Authorization": f"Bearer {self.tokens[key]}"}
+
+
+def make_space(runtime: Runtime) -> Space:
+    access = runtime.services.access
+    ws = access.create_workspace(None, f"t-{secrets.token_hex(6)}")
+    tokens = {}
+    for scopes in ("read", "write", "invoke", "admin", "invoke,read,write"):
+        tokens[scopes] = access.create_token(None, ws.id, scopes).value
+    return Space(ws.id, ws.name, tokens)
+
+
+@pytest.fixture
+def space(runtime: Runtime) -> Space:
+    return make_space(runtime)
+
+
+@pytest.fixture
+def other_space(runtime: Runtime) -> Space:
+    return make_space(runtime)
+
+
+@pytest.fixture
+def rw(space: Space) -> dict[str, str]:
+    """Headers of a token with read, write and invoke on the test's workspace."""
+    return space.auth("read", "write", "invoke")
+
+
+SEED_TOOL = {
+    "name": "lookup-order-status",
+    "description": "Look up the fulfillment status of an order by id.",
+    "language": "python",
+    "code": (
+        "def main(**params):\n"
+        '    order_id = params["order_id"]\n'
+        '    return {"message": f"Order {order_id} is shipped", "rawData": {"status": "shipped"}}'
+    ),
+    "parameters": {
+        "order_id": {"type": "string", "required": True, "description": "The order id to look up."}
+    },
+    "execution_message_description": "Looking up order status",
+    "enable_globally": False,
+}
+
+
+def seed_tool(space: Space, **over: object) -> dict[str, object]:
+    return {**SEED_TOOL, "workspace_id": space.id, **over}
+
+
+ROOT = Path(__file__).resolve().parents[1]

@@ -1,0 +1,53 @@
+"""Pure rules: parameters <-> JSON Schema, static code checks, names."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from toolkiln.domain.code_check import check_code, entrypoint_of
+from toolkiln.domain.schema import check_schema, parameters_to_schema, schema_to_parameters
+from toolkiln.domain.tools import check_name
+
+param_specs = st.fixed_dictionaries(
+    {"type": st.sampled_from(["string", "number", "integer", "boolean", "array", "object"])},
+    optional={
+        "description": st.text(st.characters(exclude_characters="\x00"), max_size=20),
+        "required": st.booleans(),
+    },
+)
+
+
+@given(st.dictionaries(st.from_regex(r"[a-z_]{1,10}", fullmatch=True), param_specs, max_size=6))
+def test_parameters_round_trip_through_json_schema(params: dict) -> None:
+    schema, problems = parameters_to_schema(params)
+    assert problems == [] and check_schema(schema) == []
+    back = schema_to_parameters(schema)
+    expected = {k: {**v, "required": v.get("required", False)} for k, v in params.items()}
+    assert back == expected
+
+
+def test_schemas_beyond_the_parameters_form_have_no_parameters_view() -> None:
+    assert schema_to_parameters({"type": "object", "oneOf": [{}]}) is None
+    assert schema_to_parameters({"type": "object", "properties": {}}) == {}
+
+
+def test_python_entrypoints() -> None:
+    assert check_code("python", "async def handle(input, ctx):\n    return 1\n") == []
+    assert entrypoint_of("python", "def main(**p):\n    return {}\n") == "main"
+    assert entrypoint_of("python", "async def handle(i, c):\n    return {}\n") == "handle"
+    assert check_code("python", "class main:\n    pass\n")[0]["field"] == "code"
+    deep = "x = " + "(" * 5000 + "1" + ")" * 5000 + "\ndef main(**p):\n    return x\n"
+    assert check_code("python", deep)[0]["field"] == "code"
+
+
+def test_javascript_entrypoints() -> None:
+    assert check_code("javascript", "export function main(p, ctx) { return {message: 'x'} }") == []
+    assert entrypoint_of("javascript", "async function handle(i, c) { return 1 }") == "handle"
+    assert check_code("javascript", "function main(p) { return [1,2,,] }") == []
+
+
+def test_names() -> None:
+    assert check_name("lookup-order-status") == []
+    for bad in ["", "-a", "a-", "a--b", "A", "a_b", "a b", "é", "a" * 65, "a\n"]:
+        assert check_name(bad), bad

@@ -1,0 +1,26 @@
+"""Every setting and every CLI command is documented."""
+
+from __future__ import annotations
+
+from tests.conftest import ROOT
+from toolkiln.cli.main import _parser
+from toolkiln.config import Settings
+
+
+def test_every_setting_is_documented() -> None:
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    for name in Settings.model_fields:
+        assert f"`TOOLKILN_{name.upper()}`" in text, name
+
+
+def test_every_cli_command_is_documented() -> None:
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    parser = _parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    for name, cmd in sub.choices.items():
+        actions = [a for a in cmd._actions if a.dest == "action"]
+        if not actions:
+            assert f"`toolkiln {name}" in text, name
+            continue
+        for action in actions[0].choices:
+            assert f"`toolkiln {name} {action}" in text, (name, action)
