@@ -4,15 +4,20 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from fastapi import FastAPI
 
 from toolkiln.api.app import create_app
 from toolkiln.config import Settings
+from toolkiln.sandbox.packages import PackageStore
+from toolkiln.sandbox.runner import Limits, PythonSandbox
 from toolkiln.services.access import AccessService
 from toolkiln.services.audit import AuditService
 from toolkiln.services.container import Services
+from toolkiln.services.invoke import InvokeService
+from toolkiln.services.ports import CodeRunner
 from toolkiln.services.system import SystemService
 from toolkiln.services.tools import ToolService
 from toolkiln.storage.database import Database
@@ -25,24 +30,40 @@ class Runtime:
     settings: Settings
     database: Database
     services: Services
+    sandboxes: dict[str, Any] = field(default_factory=dict)
 
     def close(self) -> None:
+        for sandbox in self.sandboxes.values():
+            sandbox.close()
+        self.sandboxes.clear()
         self.database.dispose()
 
 
-def build(settings: Settings, *, migrate: bool = True) -> Runtime:
+def build(settings: Settings, *, migrate: bool = True, sandbox: bool = True) -> Runtime:
+    """``sandbox=False`` for CLI commands that only touch the database."""
     settings.ensure_data_dir()
     database = Database(settings.resolved_database_url(), pool_size=settings.db_pool_size)
     if migrate:
         database.migrate()
+    sandboxes: dict[str, Any] = {}
+    if sandbox:
+        sandboxes["python"] = PythonSandbox(
+            PackageStore(settings.packages_dir),
+            limits=Limits(memory_mb=settings.sandbox_memory_mb),
+            warm=settings.sandbox_warm,
+            strict=not settings.sandbox_insecure,
+        )
+    runners: dict[str, CodeRunner] = dict(sandboxes)
     uow = database.transaction
+    tools = ToolService(uow)
     services = Services(
         access=AccessService(uow),
-        tools=ToolService(uow),
+        tools=tools,
         audit=AuditService(uow),
-        system=SystemService(database.ping),
+        system=SystemService(database.ping, lambda: {n: r.describe() for n, r in runners.items()}),
+        invoke=InvokeService(uow, runners, tools),
     )
-    return Runtime(settings, database, services)
+    return Runtime(settings, database, services, sandboxes)
 
 
 def build_app(runtime: Runtime) -> FastAPI:

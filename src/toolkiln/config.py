@@ -24,11 +24,18 @@ class Settings(BaseSettings):
     bootstrap_token: SecretStr | None = None
     metrics_token: SecretStr | None = None
     db_pool_size: int = Field(16, ge=1, le=256)
+    sandbox_warm: int = Field(8, ge=1, le=128)
+    sandbox_memory_mb: int = Field(256, ge=32, le=4096)
+    sandbox_insecure: bool = False
 
     def resolved_database_url(self) -> str:
         if self.database_url:
             return self.database_url
         return f"sqlite:///{(self.data_dir / 'toolkiln.db').resolve()}"
+
+    @property
+    def packages_dir(self) -> Path:
+        return (self.data_dir / "packages" / "python").resolve()
 
     def ensure_data_dir(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)

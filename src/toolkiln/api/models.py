@@ -154,3 +154,63 @@ class ErrorBody(BaseModel):
 
 class ErrorEnvelope(BaseModel):
     error: ErrorBody
+
+
+class InvokeIn(Body):
+    input: Any = Field(default_factory=dict)
+    agent_id: str | None = Field(None, max_length=128)
+    conversation_id: str | None = Field(None, max_length=128)
+    tool_call_id: str | None = Field(None, max_length=128)
+    power_user_id: str | None = Field(None, max_length=128)
+
+
+class ToolTest(ToolCreate):
+    input: Any = Field(default_factory=dict)
+
+
+class RunCodeIn(Body):
+    language: Literal["python", "javascript"]
+    code: str = Field(max_length=limits.MAX_CODE_CHARS)
+    input: Any = Field(default_factory=dict)
+    tool_call_id: str | None = Field(None, max_length=128)
+
+
+class ResultError(BaseModel):
+    code: str
+    message: str
+    details: Any = None
+
+
+class Result(BaseModel):
+    tool_call_id: str
+    tool_id: str | None
+    version: int | None
+    status: Literal["ok", "error"]
+    message: str | None
+    raw_data: Any
+    llm: Any
+    render: Any
+    interactive: Any
+    error: ResultError | None
+    duration_ms: float
+    ctx_calls: int
+    logs: dict[str, str] = Field(description="Captured stdout and stderr, 64 KiB each.")
+
+
+class StoredResult(Result):
+    audit: list[AuditRow]
+
+
+class Runtime(BaseModel):
+    available: bool
+    entrypoints: list[dict[str, str]]
+    return_contract: str
+    ctx: list[str]
+    limits: dict[str, Any]
+    isolation: dict[str, Any]
+    dependencies: list[dict[str, str]]
+
+
+class Runtimes(BaseModel):
+    python: Runtime
+    javascript: Runtime

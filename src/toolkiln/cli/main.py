@@ -80,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = _parser().parse_args(argv)
     settings = Settings()
-    runtime = build(settings)
+    runtime = build(settings, sandbox=args.command == "serve")
     access = runtime.services.access
     try:
         if args.command == "serve":

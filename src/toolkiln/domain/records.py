@@ -117,3 +117,29 @@ class AuditFilter:
 class Page(Generic[T]):
     items: list[T]
     next_cursor: str | None
+
+
+@dataclass(slots=True)
+class CountResult:
+    """What one atomic counter update did."""
+
+    found: bool
+    failure_count: int
+    status: str
+    just_disabled: bool
+
+
+@dataclass(slots=True)
+class CallRecord:
+    """A stored tool call: its Result, for GET /v1/tool-calls/{id}."""
+
+    id: str
+    workspace_id: str
+    tool_id: str | None
+    version: int | None
+    kind: str
+    status: str
+    error_code: str | None
+    result: dict[str, Any]
+    agent_id: str | None
+    created_at: datetime

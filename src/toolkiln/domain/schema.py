@@ -85,3 +85,18 @@ def check_schema(schema: Any, field: str = "input_schema") -> list[Problem]:
     if schema.get("type") != "object":
         return [problem(f"{field}.type", 'the root must be {"type": "object", ...}')]
     return []
+
+
+def compile_validator(schema: dict[str, Any]) -> Draft202012Validator:
+    return Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
+
+
+def input_problems(validator: Draft202012Validator, value: Any) -> list[Problem]:
+    """Every place the input breaks the schema, as problems with a dotted ``field``."""
+    out: list[Problem] = []
+    for err in sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path)):
+        path = ".".join(str(p) for p in err.absolute_path)
+        out.append(problem(f"input.{path}" if path else "input", err.message[:500]))
+        if len(out) >= 20:
+            break
+    return out

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from toolkiln.services.access import AccessService
 from toolkiln.services.audit import AuditService
+from toolkiln.services.invoke import InvokeService
 from toolkiln.services.system import SystemService
 from toolkiln.services.tools import ToolService
 
@@ -16,3 +17,4 @@ class Services:
     tools: ToolService
     audit: AuditService
     system: SystemService
+    invoke: InvokeService

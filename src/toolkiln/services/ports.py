@@ -6,7 +6,16 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-from toolkiln.domain.records import AuditFilter, AuditRow, Policy, TokenRecord, Workspace
+from toolkiln.domain.execution import RunOutcome, RunRequest
+from toolkiln.domain.records import (
+    AuditFilter,
+    AuditRow,
+    CallRecord,
+    CountResult,
+    Policy,
+    TokenRecord,
+    Workspace,
+)
 from toolkiln.domain.tools import Tool, ToolVersion
 
 
@@ -38,6 +47,13 @@ class ToolRepo(Protocol):
     def add_version(self, version: ToolVersion) -> None: ...
     def versions(self, tool_id: str) -> list[ToolVersion]: ...
     def version(self, tool_id: str, number: int) -> ToolVersion | None: ...
+    def count_outcome(self, tool_id: str, failed: bool, last_error: str | None) -> CountResult: ...
+
+
+class CallRepo(Protocol):
+    def add(self, call: CallRecord) -> None: ...
+    def exists(self, call_id: str) -> bool: ...
+    def get(self, call_id: str) -> CallRecord | None: ...
 
 
 class AuditRepo(Protocol):
@@ -56,6 +72,19 @@ class UnitOfWork(Protocol):
     def tools(self) -> ToolRepo: ...
     @property
     def audit(self) -> AuditRepo: ...
+    @property
+    def calls(self) -> CallRepo: ...
 
 
 UnitOfWorkFactory = Callable[[], AbstractContextManager[UnitOfWork]]
+
+
+CtxCall = Callable[[str, Any], Any]
+CtxAudit = Callable[[str, Any], None]
+
+
+class CodeRunner(Protocol):
+    """Runs code in a sandbox; the host side classifies what happened."""
+
+    def run(self, req: RunRequest, on_call: CtxCall, on_audit: CtxAudit) -> RunOutcome: ...
+    def describe(self) -> dict[str, Any]: ...

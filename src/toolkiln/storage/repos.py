@@ -10,9 +10,17 @@ from sqlalchemy.engine import Connection, RowMapping
 
 from toolkiln.domain.errors import Conflict
 from toolkiln.domain.ids import utcnow
-from toolkiln.domain.records import AuditFilter, AuditRow, Policy, TokenRecord, Workspace
-from toolkiln.domain.tools import Tool, ToolVersion
-from toolkiln.storage.tables import audit, tokens, tool_versions, tools, workspaces
+from toolkiln.domain.records import (
+    AuditFilter,
+    AuditRow,
+    CallRecord,
+    CountResult,
+    Policy,
+    TokenRecord,
+    Workspace,
+)
+from toolkiln.domain.tools import AUTO_DISABLE_AFTER, AUTO_DISABLE_REASON, Tool, ToolVersion
+from toolkiln.storage.tables import audit, tokens, tool_calls, tool_versions, tools, workspaces
 
 
 def _utc(moment: datetime | None) -> datetime | None:
@@ -210,6 +218,89 @@ class SqlTools:
         row = self._c.execute(q).mappings().first()
         return self._version(row) if row else None
 
+    def count_outcome(self, tool_id: str, failed: bool, last_error: str | None) -> CountResult:
+        """One atomic UPDATE: right under concurrency and across replicas on one database.
+
+        Column references on the right-hand side see the row before the update, so the
+        CASEs decide from the old failure count and status; only the update that takes the
+        count to exactly AUTO_DISABLE_AFTER on an active tool writes the automatic reason.
+        """
+        t = tools.c
+        if not failed:
+            q = (
+                tools.update()
+                .where(t.id == tool_id)
+                .values(usage_count=t.usage_count + 1, failure_count=0)
+            )
+            row = self._c.execute(q.returning(t.failure_count, t.status)).first()
+            return CountResult(row is not None, 0, row[1] if row else "active", False)
+        reaches = (t.failure_count + 1 >= AUTO_DISABLE_AFTER) & (t.status == "active")
+        q = (
+            tools.update()
+            .where(t.id == tool_id)
+            .values(
+                usage_count=t.usage_count + 1,
+                failure_count=t.failure_count + 1,
+                last_error=last_error,
+                disabled_reason=sa.case((reaches, AUTO_DISABLE_REASON), else_=t.disabled_reason),
+                status=sa.case((reaches, "disabled"), else_=t.status),
+            )
+            .returning(t.failure_count, t.status, t.disabled_reason)
+        )
+        row = self._c.execute(q).first()
+        if row is None:
+            return CountResult(False, 0, "active", False)
+        just = (
+            row[0] == AUTO_DISABLE_AFTER and row[1] == "disabled" and row[2] == AUTO_DISABLE_REASON
+        )
+        return CountResult(True, row[0], row[1], just)
+
+
+class SqlCalls:
+    def __init__(self, conn: Connection) -> None:
+        self._c = conn
+
+    def add(self, call: CallRecord) -> None:
+        try:
+            with self._c.begin_nested():
+                self._c.execute(
+                    tool_calls.insert().values(
+                        id=call.id,
+                        workspace_id=call.workspace_id,
+                        tool_id=call.tool_id,
+                        version=call.version,
+                        kind=call.kind,
+                        status=call.status,
+                        error_code=call.error_code,
+                        result=call.result,
+                        agent_id=call.agent_id,
+                        created_at=call.created_at,
+                    )
+                )
+        except sa.exc.IntegrityError as exc:
+            raise Conflict(
+                "That tool_call_id was used before.", code="duplicate_tool_call_id"
+            ) from exc
+
+    def exists(self, call_id: str) -> bool:
+        return (
+            self._c.execute(sa.select(tool_calls.c.id).where(tool_calls.c.id == call_id)).first()
+            is not None
+        )
+
+    def get(self, call_id: str) -> CallRecord | None:
+        r = (
+            self._c.execute(tool_calls.select().where(tool_calls.c.id == call_id))
+            .mappings()
+            .first()
+        )
+        if r is None:
+            return None
+        return CallRecord(
+            r["id"], r["workspace_id"], r["tool_id"], r["version"], r["kind"], r["status"],
+            r["error_code"], r["result"], r["agent_id"], _utc(r["created_at"]) or utcnow(),
+        )  # fmt: skip
+
 
 class SqlAudit:
     def __init__(self, conn: Connection) -> None:
@@ -259,3 +350,4 @@ class SqlUnitOfWork:
         self.tokens = SqlTokens(conn)
         self.tools = SqlTools(conn)
         self.audit = SqlAudit(conn)
+        self.calls = SqlCalls(conn)

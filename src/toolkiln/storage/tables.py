@@ -86,3 +86,19 @@ audit = sa.Table(
     sa.Index("ix_audit_tool", "tool_id", "id"),
     sa.Index("ix_audit_call", "tool_call_id"),
 )
+
+tool_calls = sa.Table(
+    "tool_calls",
+    metadata,
+    sa.Column("id", sa.String(128), primary_key=True),
+    sa.Column("workspace_id", sa.String(32), nullable=False),
+    sa.Column("tool_id", sa.String(32)),
+    sa.Column("version", sa.Integer),
+    sa.Column("kind", sa.String(16), nullable=False),  # invoke | test | run_code
+    sa.Column("status", sa.String(8), nullable=False),
+    sa.Column("error_code", sa.String(32)),
+    sa.Column("result", JSONType, nullable=False),
+    sa.Column("agent_id", sa.String(128)),
+    sa.Column("created_at", Moment, nullable=False),
+    sa.Index("ix_tool_calls_tool", "tool_id", "created_at"),
+)

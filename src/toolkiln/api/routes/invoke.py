@@ -1,0 +1,50 @@
+"""Invoking tools, testing unsaved ones, run-code, stored calls and the runtimes (CONTRACT 3-4)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+
+from toolkiln.api import models, serialize
+from toolkiln.api.deps import Caller, Svc
+from toolkiln.api.routes.tools import draft_of
+from toolkiln.services.invoke import CallContext
+
+router = APIRouter(prefix="/v1", tags=["invoking"])
+
+
+@router.get("/custom-tools/runtimes", response_model=models.One[models.Runtimes])
+def runtimes(who: Caller, svc: Svc) -> dict[str, Any]:
+    who.require("read")
+    return {"data": svc.system.runtimes()}
+
+
+@router.post("/custom-tools/test", response_model=models.One[models.Result], name="test_tool")
+def test_tool(body: models.ToolTest, who: Caller, svc: Svc) -> dict[str, Any]:
+    result = svc.invoke.test(who, body.workspace_id, draft_of(body), body.input)
+    return {"data": result.as_dict()}
+
+
+@router.post("/custom-tools/{tool_id}/invoke", response_model=models.One[models.Result])
+def invoke_tool(tool_id: str, body: models.InvokeIn, who: Caller, svc: Svc) -> dict[str, Any]:
+    context = CallContext(
+        tool_call_id=body.tool_call_id,
+        agent_id=body.agent_id,
+        conversation_id=body.conversation_id,
+        power_user_id=body.power_user_id,
+    )
+    return {"data": svc.invoke.invoke(who, tool_id, body.input, context).as_dict()}
+
+
+@router.post("/run-code", response_model=models.One[models.Result])
+def run_code(body: models.RunCodeIn, who: Caller, svc: Svc) -> dict[str, Any]:
+    context = CallContext(tool_call_id=body.tool_call_id)
+    result = svc.invoke.run_code(who, body.language, body.code, body.input, context)
+    return {"data": result.as_dict()}
+
+
+@router.get("/tool-calls/{tool_call_id}", response_model=models.One[models.StoredResult])
+def get_tool_call(tool_call_id: str, who: Caller, svc: Svc) -> dict[str, Any]:
+    record, rows = svc.invoke.get_call(who, tool_call_id)
+    return {"data": {**record.result, "audit": [serialize.audit_row(r) for r in rows]}}

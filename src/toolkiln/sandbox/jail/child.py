@@ -1,0 +1,57 @@
+"""Turning a freshly forked child into a jailed, unprivileged process, before any tool byte."""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import socket
+
+import linux
+
+
+def _limits(cfg: dict) -> None:
+    mb = 1024 * 1024
+    cpu = int(cfg["max_cpu_s"])
+    for res, value in [
+        (resource.RLIMIT_CPU, cpu),
+        (resource.RLIMIT_AS, int(cfg["address_space_mb"]) * mb),
+        (resource.RLIMIT_NPROC, int(cfg["max_threads"])),
+        (resource.RLIMIT_NOFILE, int(cfg["max_open_files"])),
+        (resource.RLIMIT_FSIZE, int(cfg["max_file_mb"]) * mb),
+        (resource.RLIMIT_CORE, 0),
+        (resource.RLIMIT_MEMLOCK, 0),
+        (resource.RLIMIT_MSGQUEUE, 0),
+    ]:
+        resource.setrlimit(res, (value, value))
+
+
+def become(sock: socket.socket, uid: int, scratch: str, cfg: dict, installer) -> None:
+    """Order matters: fds, signals, limits, identity, then no_new_privs + seccomp last."""
+    linux.prctl(linux.PR_SET_PDEATHSIG, signal.SIGKILL)
+    keep = sock.fileno()
+    os.closerange(3, keep)
+    os.closerange(keep + 1, 1 << 16)
+    signal.set_wakeup_fd(-1)
+    for sig in (signal.SIGCHLD, signal.SIGPIPE, signal.SIGXFSZ):
+        signal.signal(sig, signal.SIG_DFL if sig == signal.SIGCHLD else signal.SIG_IGN)
+    os.chdir(scratch)
+    os.environ.clear()
+    os.environ.update(
+        {
+            "HOME": scratch,
+            "TMPDIR": scratch,
+            "LANG": "C.UTF-8",
+            "PATH": "/nonexistent",
+            "OPENBLAS_NUM_THREADS": "1",
+            "OMP_NUM_THREADS": "1",
+        }
+    )
+    _limits(cfg)
+    if os.geteuid() == 0:
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+    linux.prctl(linux.PR_SET_DUMPABLE, 0)
+    if installer is not None:
+        installer.install()

@@ -1,0 +1,292 @@
+"""Runs one Python tool call inside a jailed child and reports what happened as one frame.
+
+The report is only evidence: the host validates it and decides the outcome.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import inspect
+import io
+import os
+import resource
+import socket
+import sys
+import time
+
+import frames
+
+TOOL_FILE = "<tool>"
+PRELOAD = (
+    "asyncio", "base64", "collections", "copy", "csv", "dataclasses", "datetime", "decimal",
+    "enum", "fractions", "functools", "hashlib", "html", "itertools", "math", "operator",
+    "random", "re", "statistics", "string", "textwrap", "typing", "unicodedata", "urllib.parse",
+    "uuid", "zoneinfo", "traceback", "json", "inspect",
+)  # fmt: skip
+
+
+def preload() -> None:
+    """Import in the template what most tools use, so children start with it for free."""
+    import importlib
+
+    for name in PRELOAD:
+        importlib.import_module(name)
+
+
+class CappedText(io.TextIOBase):
+    """stdout/stderr replacement that keeps the first ``cap`` bytes and counts the rest."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.parts: list[str] = []
+        self.size = 0
+        self.dropped = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, s: str) -> int:
+        if not isinstance(s, str):
+            raise TypeError("write() argument must be str")
+        n = len(s.encode("utf-8", "replace"))
+        room = self.cap - self.size
+        if room > 0:
+            piece = s.encode("utf-8", "replace")[:room].decode("utf-8", "ignore")
+            self.parts.append(piece)
+            self.size += len(piece.encode())
+            self.dropped += n - len(piece.encode())
+        else:
+            self.dropped += n
+        return len(s)
+
+    def text(self) -> str:
+        out = "".join(self.parts)
+        if self.dropped:
+            out += f"\n[truncated: {self.dropped} more bytes]"
+        return out
+
+
+class PackageFinder(importlib.abc.MetaPathFinder):
+    """Last on sys.meta_path: explains refused imports and notes curated ones to install."""
+
+    def __init__(self, curated: dict) -> None:
+        self.curated = curated
+        self.needed: list[str] = []
+
+    def find_spec(self, name, path=None, target=None):
+        top = name.partition(".")[0]
+        if path is not None and top == name:
+            return None
+        if top in self.curated:
+            if top not in self.needed:
+                self.needed.append(top)
+            raise ModuleNotFoundError(
+                f"No module named '{top}' yet: Toolkiln is installing it; call the tool again.",
+                name=name,
+            )
+        listed = ", ".join(sorted(self.curated))
+        raise ModuleNotFoundError(
+            f"No module named '{top}'. Tools can import the standard library and: {listed}.",
+            name=name,
+        )
+
+
+class CtxError(Exception):
+    """The link to the platform is broken (documented as ToolkilnLinkError in docs/ctx.md)."""
+
+
+class _Link:
+    def __init__(self, sock: socket.socket, max_reply: int) -> None:
+        self.sock = sock
+        self.max_reply = max_reply
+        self.next_id = 0
+
+    def call(self, tool: str, payload: object) -> object:
+        self.next_id += 1
+        try:
+            frames.send(
+                self.sock, {"op": "call", "id": self.next_id, "tool": tool, "input": payload}
+            )
+            reply = frames.recv(self.sock, self.max_reply)
+        except (OSError, frames.FrameError, TypeError, ValueError) as exc:
+            raise CtxError(f"ctx.tools.{tool}: the platform link failed: {exc}") from None
+        if not isinstance(reply, dict) or reply.get("id") != self.next_id:
+            raise CtxError("ctx: the platform sent an unexpected reply")
+        return reply.get("result")
+
+    def audit(self, event: object, data: object) -> None:
+        try:
+            frames.send(self.sock, {"op": "audit", "event": event, "data": data})
+        except (OSError, TypeError, ValueError) as exc:
+            raise CtxError(f"ctx.audit: {exc}") from None
+
+
+class _Tools:
+    def __init__(self, link: _Link, is_async: bool) -> None:
+        self._link = link
+        self._async = is_async
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self[name]
+
+    def __getitem__(self, name: str):
+        link, is_async = self._link, self._async
+
+        def call(payload: object = None, /, **kwargs: object) -> object:
+            data = payload if payload is not None else kwargs
+            if not is_async:
+                return link.call(name, data)
+
+            async def later() -> object:
+                return link.call(name, data)
+
+            return later()
+
+        call.__name__ = name
+        return call
+
+
+class Ctx:
+    """What a tool receives as ``ctx`` (docs/ctx.md)."""
+
+    def __init__(self, info: dict, link: _Link, is_async: bool) -> None:
+        self.agentId = self.agent_id = info.get("agentId")
+        self.agentName = self.agent_name = info.get("agentName")
+        self.powerUserId = self.power_user_id = info.get("powerUserId")
+        self.toolCallId = self.tool_call_id = info.get("toolCallId")
+        self.conversationId = self.conversation_id = info.get("conversationId")
+        self.tools = _Tools(link, is_async)
+        self._link = link
+
+    def audit(self, event: str, data: object = None) -> None:
+        self._link.audit(event, data)
+
+
+def _tool_line(tb) -> int | None:
+    line = None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == TOOL_FILE:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
+
+
+def _safe_str(exc: BaseException) -> str:
+    try:
+        return str(exc)[:2000]
+    except BaseException:
+        return "<unprintable exception>"
+
+
+def _call(fn, entry: str, data: dict, ctx: Ctx):
+    if entry == "handle":
+        return fn(data, ctx)
+    params = inspect.signature(fn).parameters
+    takes_ctx = "ctx" in params and params["ctx"].kind == inspect.Parameter.KEYWORD_ONLY
+    return fn(**data, ctx=ctx) if takes_ctx else fn(**data)
+
+
+def _execute(req: dict, link: _Link, finder: PackageFinder) -> dict:
+    namespace = {"__name__": "__tool__", "__builtins__": __builtins__}
+    try:
+        code = compile(req["code"], TOOL_FILE, "exec")
+        exec(code, namespace)  # noqa: S102 - this process is the sandbox
+    except BaseException as exc:
+        report = _exception(exc)
+        report["phase"] = "load"
+        return report
+    fn = namespace.get(req["entry"])
+    if not callable(fn):
+        return {
+            "kind": "exception",
+            "type": "NameError",
+            "message": f"{req['entry']} is not defined",
+        }
+    is_async = inspect.iscoroutinefunction(fn)
+    ctx = Ctx(req.get("context") or {}, link, is_async)
+    try:
+        value = _call(fn, req["entry"], req.get("input") or {}, ctx)
+        if inspect.isawaitable(value):
+            import asyncio
+
+            async def wait() -> object:
+                return await value
+
+            value = asyncio.run(wait())
+        return {"kind": "return", "value": value}
+    except BaseException as exc:
+        return _exception(exc)
+
+
+def _exception(exc: BaseException) -> dict:
+    line = getattr(exc, "lineno", None) if isinstance(exc, SyntaxError) else None
+    return {
+        "kind": "exception",
+        "type": type(exc).__name__,
+        "message": _safe_str(exc),
+        "line": line if line is not None else _tool_line(exc.__traceback__),
+    }
+
+
+def _warm_up(link: _Link, finder: PackageFinder) -> None:
+    """Run a trivial tool of our own before the request, so the page faults of a fresh fork
+    (copy-on-write of everything the interpreter touches) are paid while idle, not per call."""
+    sample = {
+        "code": "def main(**p):\n    return {'message': str(p)}\n",
+        "entry": "main",
+        "input": {},
+    }
+    frames.encode(_execute(sample, link, finder))
+
+
+def serve(sock: socket.socket, cfg: dict) -> None:
+    """Prepare, wait for the one request of this child's life, run it, report, exit."""
+    out, err = CappedText(int(cfg["max_log_bytes"])), CappedText(int(cfg["max_log_bytes"]))
+    finder = PackageFinder(cfg.get("curated", {}))
+    sys.path[:] = [*cfg["stdlib_paths"], "/pkgs"]
+    sys.path_importer_cache.clear()
+    sys.meta_path.append(finder)
+    link = _Link(sock, int(cfg["max_reply_bytes"]))
+    if cfg.get("warm_up", True):
+        _warm_up(link, finder)
+    req = frames.recv(sock, int(cfg["max_request_bytes"]))
+    started = time.monotonic()
+    cpu = max(1, min(int(cfg["max_cpu_s"]), int(req.get("timeout_ms", 5000)) // 1000 + 1))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
+    sys.stdout, sys.stderr = out, err
+    report = _execute(req, link, finder)
+    sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+    report.update(
+        op="result",
+        stdout=out.text(),
+        stderr=err.text(),
+        needed_packages=finder.needed,
+        cpu_ms=int((time.monotonic() - started) * 1000),
+    )
+    try:
+        data = frames.encode(report)
+    except (TypeError, ValueError, RecursionError) as exc:
+        data = frames.encode(
+            {
+                "op": "result",
+                "kind": "unserializable",
+                "message": f"the return value is not JSON: {_safe_str(exc)}",
+                "stdout": report["stdout"],
+                "stderr": report["stderr"],
+            }
+        )
+    if len(data) > int(cfg["max_result_bytes"]):
+        data = frames.encode(
+            {
+                "op": "result",
+                "kind": "too_large",
+                "size": len(data),
+                "stdout": report["stdout"][:1000],
+                "stderr": report["stderr"][:1000],
+            }
+        )
+    sock.sendall(data)
+    sock.shutdown(socket.SHUT_WR)
+    os._exit(0)

@@ -1,0 +1,237 @@
+"""A default-deny seccomp-BPF allowlist for sandboxed CPython on x86_64, built by hand.
+
+Rules (from how other sandboxes broke, see docs/security.md):
+- the architecture is checked first and x32 syscall numbers are refused;
+- anything not listed kills the whole process (SECCOMP_RET_KILL_PROCESS), which the host
+  reports as ``sandbox_violation``;
+- a few calls CPython probes and copes with are answered with an errno instead;
+- ``clone`` only for threads, ``clone3`` answers ENOSYS so glibc falls back to ``clone``;
+- no executable anonymous memory and no ``mprotect(PROT_EXEC)``: with a ``noexec`` scratch
+  directory, tool code cannot create native code of its own;
+- argument checks compare the low 32 bits only where the kernel itself truncates to 32 bits
+  (ioctl request, int options), and also require the high 32 bits to be zero elsewhere.
+The filter is built once in the template and installed in each child before any tool byte
+arrives.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import platform
+import struct
+
+AUDIT_ARCH_X86_64 = 0xC000003E
+X32_SYSCALL_BIT = 0x40000000
+
+RET_KILL_PROCESS = 0x80000000
+RET_ALLOW = 0x7FFF0000
+RET_ERRNO = 0x00050000
+
+LD_W_ABS = 0x20
+JEQ_K = 0x15
+JGE_K = 0x35
+JSET_K = 0x45
+RET_K = 0x06
+
+OFF_NR = 0
+OFF_ARCH = 4
+
+
+def _arg_lo(i: int) -> int:
+    return 16 + 8 * i
+
+
+def _arg_hi(i: int) -> int:
+    return 16 + 8 * i + 4
+
+
+CLONE_THREAD = 0x00010000
+PROT_EXEC = 0x4
+MAP_ANONYMOUS = 0x20
+AF_UNIX = 1
+PR_SET_NAME, PR_GET_NAME, PR_GET_DUMPABLE = 15, 16, 3
+TCGETS, FIONREAD, FIONBIO, FIOCLEX, FIONCLEX = 0x5401, 0x541B, 0x5421, 0x5451, 0x5450
+
+# x86_64 numbers of the calls CPython and its usual extension modules need.
+ALLOW = {
+    "read": 0, "write": 1, "open": 2, "close": 3, "stat": 4, "fstat": 5, "lstat": 6,
+    "poll": 7, "lseek": 8, "munmap": 11, "brk": 12, "rt_sigaction": 13,
+    "rt_sigprocmask": 14, "rt_sigreturn": 15, "pread64": 17, "pwrite64": 18, "readv": 19,
+    "writev": 20, "access": 21, "pipe": 22, "select": 23, "sched_yield": 24, "mremap": 25,
+    "msync": 26, "mincore": 27, "madvise": 28, "dup": 32, "dup2": 33, "pause": 34,
+    "nanosleep": 35, "getitimer": 36, "alarm": 37, "setitimer": 38, "getpid": 39,
+    "sendto": 44, "recvfrom": 45, "sendmsg": 46, "recvmsg": 47, "shutdown": 48,
+    "getsockname": 51, "getpeername": 52, "getsockopt": 55, "exit": 60, "wait4": 61,
+    "kill": 62, "uname": 63, "fcntl": 72, "flock": 73, "fsync": 74, "fdatasync": 75,
+    "truncate": 76, "ftruncate": 77, "getdents": 78, "getcwd": 79, "chdir": 80,
+    "fchdir": 81, "rename": 82, "mkdir": 83, "rmdir": 84, "creat": 85, "link": 86,
+    "unlink": 87, "symlink": 88, "readlink": 89, "chmod": 90, "fchmod": 91, "umask": 95,
+    "gettimeofday": 96, "getrlimit": 97, "getrusage": 98, "sysinfo": 99, "times": 100,
+    "getuid": 102, "getgid": 104, "geteuid": 107, "getegid": 108, "getppid": 110,
+    "getpgrp": 111, "getgroups": 115, "getresuid": 118, "getresgid": 120, "getpgid": 121,
+    "getsid": 124, "capget": 125, "rt_sigpending": 127, "rt_sigtimedwait": 128,
+    "rt_sigsuspend": 130, "sigaltstack": 131, "utime": 132, "statfs": 137, "fstatfs": 138,
+    "getpriority": 140, "sched_getparam": 143, "sched_getscheduler": 145,
+    "sched_get_priority_max": 146, "sched_get_priority_min": 147, "arch_prctl": 158,
+    "setrlimit": 160, "gettid": 186, "tkill": 200, "time": 201, "futex": 202,
+    "sched_getaffinity": 204, "epoll_create": 213, "getdents64": 217,
+    "set_tid_address": 218, "restart_syscall": 219, "fadvise64": 221, "timer_create": 222,
+    "timer_settime": 223, "timer_gettime": 224, "timer_getoverrun": 225, "timer_delete": 226,
+    "clock_gettime": 228, "clock_getres": 229, "clock_nanosleep": 230, "exit_group": 231,
+    "epoll_wait": 232, "epoll_ctl": 233, "tgkill": 234, "utimes": 235, "waitid": 247,
+    "openat": 257, "mkdirat": 258, "futimesat": 261, "newfstatat": 262, "unlinkat": 263,
+    "renameat": 264, "linkat": 265, "symlinkat": 266, "readlinkat": 267, "fchmodat": 268,
+    "faccessat": 269, "pselect6": 270, "ppoll": 271, "set_robust_list": 273,
+    "utimensat": 280, "epoll_pwait": 281, "timerfd_create": 283, "eventfd": 284,
+    "fallocate": 285, "timerfd_settime": 286, "timerfd_gettime": 287, "eventfd2": 290,
+    "epoll_create1": 291, "dup3": 292, "pipe2": 293, "preadv": 295, "pwritev": 296,
+    "getcpu": 309, "renameat2": 316, "getrandom": 318, "membarrier": 324,
+    "copy_file_range": 326, "preadv2": 327, "pwritev2": 328, "statx": 332, "rseq": 334,
+    "close_range": 436, "openat2": 437, "faccessat2": 439, "epoll_pwait2": 441,
+}  # fmt: skip
+
+# Calls CPython may probe and handle: refuse them with an error instead of a kill.
+REFUSE = {
+    "chown": 92, "fchown": 93, "lchown": 94, "fchownat": 260, "setxattr": 188,
+    "lsetxattr": 189, "fsetxattr": 190, "getxattr": 191, "lgetxattr": 192,
+    "fgetxattr": 193, "listxattr": 194, "llistxattr": 195, "flistxattr": 196,
+    "sched_setaffinity": 203, "setpriority": 141, "mlock": 149, "munlock": 150,
+    "mlockall": 151, "munlockall": 152, "sync": 162, "syncfs": 306, "seccomp": 317,
+    "inotify_init1": 294, "inotify_init": 253,
+}  # fmt: skip
+
+SYS = {
+    "mmap": 9, "mprotect": 10, "ioctl": 16, "socketpair": 53, "clone": 56,
+    "prctl": 157, "prlimit64": 302, "clone3": 435, "pkey_mprotect": 329,
+}  # fmt: skip
+
+
+def _stmt(code: int, k: int, jt: int = 0, jf: int = 0) -> tuple[int, int, int, int]:
+    return (code, jt, jf, k)
+
+
+def _ret(value: int) -> tuple[int, int, int, int]:
+    return _stmt(RET_K, value)
+
+
+def _load(offset: int) -> tuple[int, int, int, int]:
+    return _stmt(LD_W_ABS, offset)
+
+
+def _guarded(nr: int, body: list[tuple[int, int, int, int]]) -> list[tuple[int, int, int, int]]:
+    """``if nr == X: body`` where body ends in a return; otherwise fall through."""
+    return [_stmt(JEQ_K, nr, 0, len(body)), *body]
+
+
+def _only_if_zero(offset: int, ok: int, bad: int) -> list[tuple[int, int, int, int]]:
+    """Return ``ok`` if the 32-bit word at offset is zero, else ``bad``."""
+    return [_load(offset), _stmt(JEQ_K, 0, 0, 1), _ret(ok), _ret(bad)]
+
+
+def _one_of(offset: int, values: list[int], ok: int, bad: int) -> list[tuple[int, int, int, int]]:
+    body = [_load(offset)]
+    for i, v in enumerate(values):
+        remaining = len(values) - i - 1
+        body.append(_stmt(JEQ_K, v, remaining + 1, 0))
+    body += [_ret(bad), _ret(ok)]
+    return body
+
+
+def build_filter() -> bytes:
+    eperm = RET_ERRNO | errno.EPERM
+    prog: list[tuple[int, int, int, int]] = [
+        _load(OFF_ARCH),
+        _stmt(JEQ_K, AUDIT_ARCH_X86_64, 1, 0),
+        _ret(RET_KILL_PROCESS),
+        _load(OFF_NR),
+        _stmt(JGE_K, X32_SYSCALL_BIT, 0, 1),
+        _ret(RET_KILL_PROCESS),
+    ]
+    for nr in sorted(ALLOW.values()):
+        prog += _guarded(nr, [_ret(RET_ALLOW)])
+    for nr in sorted(v for v in REFUSE.values() if v >= 0):
+        prog += _guarded(nr, [_ret(eperm)])
+    # Each special case re-loads what it inspects and ends in a return.
+    prog += _guarded(SYS["clone3"], [_ret(RET_ERRNO | errno.ENOSYS)])
+    prog += _guarded(
+        SYS["clone"],
+        [
+            _load(_arg_lo(0)),
+            _stmt(JSET_K, CLONE_THREAD, 1, 0),
+            _ret(RET_KILL_PROCESS),
+            *_only_if_zero(_arg_hi(0), RET_ALLOW, RET_KILL_PROCESS),
+        ],
+    )
+    # mmap(addr, len, prot, flags, fd, off): no PROT_EXEC on anonymous memory.
+    prog += _guarded(
+        SYS["mmap"],
+        [
+            _load(_arg_lo(2)),
+            _stmt(JSET_K, PROT_EXEC, 0, 3),
+            _load(_arg_lo(3)),
+            _stmt(JSET_K, MAP_ANONYMOUS, 0, 1),
+            _ret(eperm),
+            _ret(RET_ALLOW),
+        ],
+    )
+    prog += _guarded(
+        SYS["mprotect"],
+        [_load(_arg_lo(2)), _stmt(JSET_K, PROT_EXEC, 0, 1), _ret(eperm), _ret(RET_ALLOW)],
+    )
+    prog += _guarded(SYS["pkey_mprotect"], [_ret(eperm)])
+    prog += _guarded(
+        SYS["ioctl"],
+        _one_of(_arg_lo(1), [TCGETS, FIONREAD, FIONBIO, FIOCLEX, FIONCLEX], RET_ALLOW, eperm),
+    )
+    prog += _guarded(
+        SYS["prctl"],
+        _one_of(_arg_lo(0), [PR_SET_NAME, PR_GET_NAME, PR_GET_DUMPABLE], RET_ALLOW, eperm),
+    )
+    # prlimit64 only on the calling process (pid 0): glibc's getrlimit/setrlimit use it.
+    prog += _guarded(SYS["prlimit64"], _only_if_zero(_arg_lo(0), RET_ALLOW, eperm))
+    # socketpair(AF_UNIX, ...) only: asyncio's self-pipe. No call can create any other socket.
+    prog += _guarded(SYS["socketpair"], _one_of(_arg_lo(0), [AF_UNIX], RET_ALLOW, RET_KILL_PROCESS))
+    prog.append(_ret(RET_KILL_PROCESS))
+    if len(prog) > 4096:
+        raise RuntimeError("seccomp program too long")
+    return b"".join(struct.pack("=HBBI", *ins) for ins in prog)
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+PR_SET_NO_NEW_PRIVS = 38
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
+
+
+class Installer:
+    """Holds the compiled program so each child installs it with one prctl."""
+
+    def __init__(self) -> None:
+        if platform.machine() != "x86_64":
+            raise RuntimeError(
+                f"the seccomp allowlist is written for x86_64, not {platform.machine()}"
+            )
+        self._raw = build_filter()
+        self._buf = ctypes.create_string_buffer(self._raw, len(self._raw))
+        self._prog = _SockFprog(len(self._raw) // 8, ctypes.addressof(self._buf))
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        self._libc.prctl.argtypes = [
+            ctypes.c_int,
+            ctypes.c_ulong,
+            ctypes.c_void_p,
+            ctypes.c_ulong,
+            ctypes.c_ulong,
+        ]
+
+    def install(self) -> None:
+        if self._libc.prctl(PR_SET_NO_NEW_PRIVS, 1, None, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "PR_SET_NO_NEW_PRIVS failed")
+        if (
+            self._libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(self._prog), 0, 0)
+            != 0
+        ):
+            raise OSError(ctypes.get_errno(), "PR_SET_SECCOMP failed")

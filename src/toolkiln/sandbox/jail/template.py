@@ -1,0 +1,253 @@
+"""The template process: sets up the jail once, then forks isolated children on request.
+
+Started by the host as ``python -I -S -B template.py CONFIG_JSON CONTROL_FD`` with an empty
+environment. Steps, once per template (the expensive part, per SANDBOX-NOTES):
+1. unshare mount, PID, network, IPC and UTS namespaces; fork so the worker is PID 1 of the
+   new PID namespace (if it dies, the kernel kills every child in it);
+2. build a new root on tmpfs with read-only binds of only what Python needs, a fresh /proc,
+   a minimal /dev and a size-capped, noexec /tmp; pivot_root into it; remount read-only;
+3. build the seccomp filter; pre-import the standard modules tools use most.
+Then, per child (ahead of any request): fork, drop to a uid of its own, set rlimits,
+no_new_privs, seccomp; hand the host a pidfd and one end of a socketpair over the control
+socket (SCM_RIGHTS). The host talks to the child directly; the template reaps children and
+reports how each one ended.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import shutil
+import signal
+import socket
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import child
+import linux
+import pyrunner
+import seccomp
+
+NEW_ROOT = "/tmp/toolkiln-root"
+
+
+def _bind_fd(fd: int, target: str, layers: dict) -> None:
+    """Bind a directory, opened before /tmp was covered, read-only at target."""
+    os.makedirs(target, exist_ok=True)
+    try:
+        linux.mount(f"/proc/self/fd/{fd}", target, None, linux.MS_BIND)
+    finally:
+        os.close(fd)
+    flags = linux.MS_REMOUNT | linux.MS_BIND | linux.MS_RDONLY | linux.MS_NOSUID | linux.MS_NODEV
+    linux.mount(None, target, None, flags)
+    layers.setdefault("binds", []).append(target)
+
+
+def _build_root(cfg: dict, layers: dict) -> None:
+    linux.mount(None, "/", None, linux.MS_REC | linux.MS_PRIVATE)
+    sources = {
+        p: os.open(p, os.O_PATH | os.O_DIRECTORY)
+        for p in [*cfg["ro_paths"], cfg["packages_dir"]]
+        if os.path.isdir(p) and not os.path.islink(p)
+    }
+    # A private /tmp of this namespace holds the new root; the host's /tmp is untouched.
+    linux.mount("tmpfs", "/tmp", "tmpfs", linux.MS_NOSUID | linux.MS_NODEV, "size=1m,mode=0755")
+    os.makedirs(NEW_ROOT)
+    linux.mount("tmpfs", NEW_ROOT, "tmpfs", linux.MS_NOSUID | linux.MS_NODEV, "size=1m,mode=0755")
+    r = NEW_ROOT
+    for path in cfg["ro_paths"]:
+        if os.path.islink(path):
+            os.makedirs(os.path.dirname(r + path), exist_ok=True)
+            os.symlink(os.readlink(path), r + path)
+        elif path in sources:
+            _bind_fd(sources.pop(path), r + path, layers)
+    _bind_fd(sources.pop(cfg["packages_dir"]), r + "/pkgs", layers)
+    os.makedirs(r + "/dev")
+    linux.mount(
+        "tmpfs", r + "/dev", "tmpfs", linux.MS_NOSUID | linux.MS_NOEXEC, "size=64k,mode=0755"
+    )
+    for dev in ("null", "zero", "random", "urandom"):
+        open(f"{r}/dev/{dev}", "a").close()
+        linux.mount(f"/dev/{dev}", f"{r}/dev/{dev}", None, linux.MS_BIND)
+    os.makedirs(r + "/proc")
+    linux.mount(
+        "proc", r + "/proc", "proc", linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC, "hidepid=2"
+    )
+    os.makedirs(r + "/tmp")
+    linux.mount(
+        "tmpfs",
+        r + "/tmp",
+        "tmpfs",
+        linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC,
+        f"size={int(cfg['scratch_mb'])}m,mode=0711",
+    )
+    os.makedirs(r + "/etc")
+    os.makedirs(r + "/.old")
+    os.chdir(r)
+    linux.pivot_root(".", ".old")
+    os.chdir("/")
+    linux.umount2("/.old", linux.MNT_DETACH)
+    os.rmdir("/.old")
+    linux.mount(
+        None, "/", None, linux.MS_REMOUNT | linux.MS_RDONLY | linux.MS_NOSUID | linux.MS_NODEV
+    )
+    layers["readonly_root"] = True
+
+
+def _setup(cfg: dict, ctl: socket.socket) -> dict:
+    """Every layer that fails is either fatal (strict) or reported as off (insecure mode)."""
+    layers: dict = {"namespaces": []}
+    problems = []
+    flags = {
+        "mount": linux.CLONE_NEWNS,
+        "pid": linux.CLONE_NEWPID,
+        "network": linux.CLONE_NEWNET,
+        "ipc": linux.CLONE_NEWIPC,
+        "uts": linux.CLONE_NEWUTS,
+    }
+    for name, flag in flags.items():
+        try:
+            linux.unshare(flag)
+            layers["namespaces"].append(name)
+        except OSError as exc:
+            problems.append(f"{name} namespace: {exc}")
+    if "pid" in layers["namespaces"]:
+        pid = os.fork()
+        if pid:
+            # The outer process only waits: the worker below is PID 1 of the namespace.
+            ctl.close()
+            _, status = os.waitpid(pid, 0)
+            os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+        linux.prctl(linux.PR_SET_PDEATHSIG, signal.SIGKILL)
+    if "uts" in layers["namespaces"]:
+        socket.sethostname("sandbox")
+    if "mount" in layers["namespaces"]:
+        try:
+            _build_root(cfg, layers)
+        except OSError as exc:
+            problems.append(f"read-only root: {exc}")
+    try:
+        layers["seccomp"] = "allowlist"
+        installer = seccomp.Installer()
+    except (OSError, RuntimeError) as exc:
+        problems.append(f"seccomp: {exc}")
+        installer = None
+        layers["seccomp"] = None
+    layers["uid"] = "per-call unprivileged uid" if os.geteuid() == 0 else None
+    if os.geteuid() != 0:
+        problems.append("dropping to an unprivileged uid needs root in the template")
+    layers["rlimits"] = True
+    layers["no_new_privs"] = installer is not None
+    return {"layers": layers, "problems": problems, "installer": installer}
+
+
+class Template:
+    def __init__(self, cfg: dict, ctl: socket.socket, installer: seccomp.Installer | None) -> None:
+        self.cfg = cfg
+        self.ctl = ctl
+        self.installer = installer
+        base = int(cfg["uid_base"])
+        self.free_uids = list(range(base, base + int(cfg["uid_count"])))
+        self.live: dict[int, tuple[int, str]] = {}
+        self.pending = 0
+
+    def spawn(self) -> None:
+        if not self.free_uids:
+            self.pending += 1  # at capacity: spawn when a child ends and frees its uid
+            return
+        uid = self.free_uids.pop(0)
+        scratch = f"/tmp/{uid}"
+        shutil.rmtree(scratch, ignore_errors=True)
+        os.mkdir(scratch, 0o700)
+        os.chown(scratch, uid, uid)
+        host_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                host_end.close()
+                child.become(child_end, uid, scratch, self.cfg, self.installer)
+                pyrunner.serve(child_end, self.cfg)
+            finally:
+                os._exit(70)
+        child_end.close()
+        pidfd = os.pidfd_open(pid)
+        try:
+            msg = json.dumps({"op": "ready", "pid": pid, "uid": uid}).encode()
+            socket.send_fds(self.ctl, [msg], [pidfd, host_end.fileno()])
+        finally:
+            os.close(pidfd)
+            host_end.close()
+        self.live[pid] = (uid, scratch)
+
+    def reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            info = self.live.pop(pid, None)
+            if info is None:
+                continue
+            uid, scratch = info
+            shutil.rmtree(scratch, ignore_errors=True)
+            self.free_uids.append(uid)
+            report = {"op": "exit", "pid": pid}
+            if os.WIFSIGNALED(status):
+                report["signal"] = os.WTERMSIG(status)
+            else:
+                report["code"] = os.WEXITSTATUS(status)
+            self.ctl.send(json.dumps(report).encode())
+        while self.pending and self.free_uids:
+            self.pending -= 1
+            self.spawn()
+
+    def loop(self) -> None:
+        import select
+
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        for _ in range(int(self.cfg["warm"])):
+            self.spawn()
+        while True:
+            ready, _, _ = select.select([self.ctl.fileno(), wake_r], [], [])
+            if wake_r in ready:
+                os.read(wake_r, 4096)
+                self.reap()
+            if self.ctl.fileno() in ready:
+                raw = self.ctl.recv(4096)
+                if not raw:
+                    return  # the host has gone: PID 1 exits and the kernel kills the rest
+                msg = json.loads(raw)
+                if msg.get("op") == "spawn":
+                    for _ in range(max(0, min(int(msg.get("n", 1)), 64))):
+                        self.spawn()
+                elif msg.get("op") == "stop":
+                    return
+                self.reap()
+
+
+def main() -> None:
+    cfg = json.loads(sys.argv[1])
+    ctl = socket.socket(fileno=int(sys.argv[2]))
+    pyrunner.preload()
+    state = _setup(cfg, ctl)
+    # Children are short-lived forks: keep the collector from walking (and so copying)
+    # every inherited object page.
+    gc.collect()
+    gc.freeze()
+    ok = not state["problems"]
+    hello = {"op": "hello", "layers": state["layers"], "problems": state["problems"]}
+    ctl.send(json.dumps(hello).encode())
+    if not ok and cfg.get("strict", True):
+        sys.exit(3)
+    Template(cfg, ctl, state["installer"]).loop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+"""The curated third-party packages tools may import, installed by the host on first use.
+
+A package is installed (never by the tool) into ``<data dir>/packages/python``, which every
+sandbox sees read-only at ``/pkgs``.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+log = logging.getLogger("toolkiln.sandbox")
+
+# import name -> the pinned distributions it needs (itself first).
+PYTHON_PACKAGES: dict[str, list[str]] = {
+    "dateutil": ["python-dateutil==2.9.0.post0", "six==1.17.0"],
+    "pytz": ["pytz==2025.2"],
+    "yaml": ["PyYAML==6.0.3"],
+    "jinja2": ["Jinja2==3.1.6", "MarkupSafe==3.0.3"],
+    "markupsafe": ["MarkupSafe==3.0.3"],
+    "regex": ["regex==2025.11.3"],
+    "bs4": ["beautifulsoup4==4.14.2", "soupsieve==2.8", "typing_extensions==4.15.0"],
+    "six": ["six==1.17.0"],
+    "numpy": ["numpy==2.3.5"],
+}
+
+
+class PackageStore:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+
+    def listing(self) -> list[dict[str, str]]:
+        seen: dict[str, str] = {}
+        for specs in PYTHON_PACKAGES.values():
+            for spec in specs:
+                name, _, version = spec.partition("==")
+                seen[name] = version
+        return [
+            {"name": n, "version": v} for n, v in sorted(seen.items(), key=lambda kv: kv[0].lower())
+        ]
+
+    def install(self, import_names: list[str]) -> list[str]:
+        """Install what the names need; returns the problems (empty when all went well)."""
+        wanted = sorted(
+            {spec for n in import_names if n in PYTHON_PACKAGES for spec in PYTHON_PACKAGES[n]}
+        )
+        if not wanted:
+            return []
+        with self._lock:
+            cmd = [
+                sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                "--no-deps", "--only-binary=:all:", "--upgrade",
+                "--target", str(self.root), *wanted,
+            ]  # fmt: skip
+            log.info("installing sandbox packages: %s", " ".join(wanted))
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+        if done.returncode != 0:
+            log.error("package install failed: %s", done.stderr[-2000:])
+            return [f"pip failed installing {' '.join(wanted)}: {done.stderr.strip()[-500:]}"]
+        return []

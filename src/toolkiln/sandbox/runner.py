@@ -1,0 +1,296 @@
+"""The sandboxed Python runner: one warm, jailed child per call; the host decides the outcome."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from toolkiln.domain.execution import RunOutcome, RunRequest
+from toolkiln.sandbox.cgroups import Cgroups
+from toolkiln.sandbox.jail import frames
+from toolkiln.sandbox.packages import PYTHON_PACKAGES, PackageStore
+from toolkiln.sandbox.pool import SandboxUnavailable, Template, WarmChild
+
+log = logging.getLogger("toolkiln.sandbox")
+_instances = itertools.count()
+UIDS_PER_SANDBOX = 256
+
+
+def _uid_base() -> int:
+    """A uid range of this sandbox alone: distinct per process (replicas on one host) and per
+    instance within it, so no two calls anywhere on the host share a uid."""
+    slot = (os.getpid() % 4000) * 8 + next(_instances) % 8
+    return 1_000_000 + slot * UIDS_PER_SANDBOX
+
+
+CtxCall = Callable[[str, Any], Any]
+CtxAudit = Callable[[str, Any], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Per-call limits. Documented in docs/security.md."""
+
+    memory_mb: int = 256
+    max_threads: int = 16
+    max_open_files: int = 64
+    max_file_mb: int = 16
+    scratch_mb: int = 64
+    max_log_bytes: int = 64 * 1024
+    max_result_bytes: int = 1024 * 1024
+    max_request_bytes: int = 4 * 1024 * 1024
+    max_reply_bytes: int = 1024 * 1024
+    max_frame_bytes: int = 1024 * 1024 + 2 * 64 * 1024 + 4096
+    max_cpu_s: int = 31
+
+
+def _ro_paths() -> list[str]:
+    """What CPython and its extension modules need, read-only; nothing of the service."""
+    paths = ["/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/share/zoneinfo", sys.base_prefix]
+    return [p for p in paths if Path(p).exists() or Path(p).is_symlink()]
+
+
+def _stdlib_paths() -> list[str]:
+    base = sys.base_prefix
+    ver = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    return [f"{base}/lib/{ver}", f"{base}/lib/{ver}/lib-dynload"]
+
+
+class PythonSandbox:
+    """Runs Python tool code in jailed children of one template process."""
+
+    language = "python"
+
+    def __init__(
+        self,
+        packages: PackageStore,
+        *,
+        limits: Limits | None = None,
+        warm: int = 8,
+        strict: bool = True,
+        name: str = "py",
+    ) -> None:
+        self.limits = limits or Limits()
+        self.packages = packages
+        self.strict = strict
+        lim = self.limits
+        # Address space = what the template already maps + the memory cap + thread stacks.
+        self.config: dict[str, Any] = {
+            "ro_paths": _ro_paths(),
+            "packages_dir": str(packages.root),
+            "stdlib_paths": _stdlib_paths(),
+            "scratch_mb": lim.scratch_mb,
+            "uid_base": _uid_base(),
+            "uid_count": UIDS_PER_SANDBOX,
+            "warm": warm,
+            "max_cpu_s": lim.max_cpu_s,
+            "address_space_mb": lim.memory_mb + 512,
+            "max_threads": lim.max_threads,
+            "max_open_files": lim.max_open_files,
+            "max_file_mb": lim.max_file_mb,
+            "max_log_bytes": lim.max_log_bytes,
+            "max_result_bytes": lim.max_result_bytes,
+            "max_request_bytes": lim.max_request_bytes,
+            "max_reply_bytes": lim.max_reply_bytes,
+            "curated": {k: v[0] for k, v in PYTHON_PACKAGES.items()},
+        }
+        try:
+            cgroups: Cgroups | None = Cgroups(
+                f"{name}-{id(self):x}", lim.memory_mb * 1024 * 1024, lim.max_threads + 4
+            )
+        except OSError as exc:
+            log.error("cgroups unavailable: %s", exc)
+            cgroups = None
+        self.cgroups = cgroups
+        if not strict:
+            log.warning(
+                "INSECURE SANDBOX MODE: isolation layers that cannot be set up are skipped. "
+                "Never run untrusted code like this."
+            )
+        self.template = Template(self.config, cgroups, strict=strict)
+        if self.template.problems:
+            log.warning("sandbox layers off: %s", "; ".join(self.template.problems))
+
+    def describe(self) -> dict[str, Any]:
+        lim = self.limits
+        return {
+            "available": True,
+            "ready": self.template.alive,
+            "insecure": bool(self.template.problems),
+            "entrypoints": [
+                {
+                    "name": "main",
+                    "signature": "def main(**params) | async def main(**params, *, ctx)",
+                },
+                {
+                    "name": "handle",
+                    "signature": "def handle(input, ctx) | async def handle(input, ctx)",
+                },
+            ],
+            "return_contract": (
+                "main: a dict with a string 'message' and optionally 'rawData', '_llm', "
+                "'_render', '_interactive'. handle: any JSON value; a dict with a string "
+                "'message' is read as for main, anything else becomes raw_data."
+            ),
+            "ctx": [
+                "agentId",
+                "agentName",
+                "powerUserId",
+                "toolCallId",
+                "conversationId",
+                "agent_id",
+                "agent_name",
+                "power_user_id",
+                "tool_call_id",
+                "conversation_id",
+                "tools.<name>(input)",
+                "tools['<name>'](input)",
+                "audit(event, data=None)",
+            ],
+            "limits": {
+                "timeout_ms": {"default": 5000, "max": 30000},
+                "memory_mb": lim.memory_mb,
+                "threads": lim.max_threads,
+                "open_files": lim.max_open_files,
+                "file_size_mb": lim.max_file_mb,
+                "scratch_mb": lim.scratch_mb,
+                "stdout_bytes": lim.max_log_bytes,
+                "stderr_bytes": lim.max_log_bytes,
+                "result_bytes": lim.max_result_bytes,
+                "ctx_calls": 50,
+            },
+            "isolation": {
+                **self.template.layers,
+                "process_per_call": True,
+                "network": "none: own network namespace, loopback down, socket() refused",
+            },
+            "dependencies": self.packages.listing(),
+        }
+
+    def run(self, req: RunRequest, on_call: CtxCall, on_audit: CtxAudit) -> RunOutcome:
+        outcome = self._run_once(req, on_call, on_audit)
+        needed = outcome.details.pop("needed_packages", None)
+        if needed and outcome.details.pop("failed_on_load", False):
+            problems = self.packages.install(needed)
+            if problems:
+                outcome.details["install_problems"] = problems
+                return outcome
+            return self._run_once(req, on_call, on_audit)
+        return outcome
+
+    def _run_once(self, req: RunRequest, on_call: CtxCall, on_audit: CtxAudit) -> RunOutcome:
+        started = time.perf_counter()
+        deadline = time.monotonic() + req.timeout_ms / 1000
+        try:
+            child = self.template.take(timeout=max(1.0, req.timeout_ms / 1000))
+        except SandboxUnavailable as exc:
+            return RunOutcome("infra", message=str(exc))
+        calls = 0
+        try:
+            frames.send(
+                child.sock,
+                {
+                    "code": req.code,
+                    "entry": req.entry,
+                    "input": req.input,
+                    "timeout_ms": req.timeout_ms,
+                    "context": req.context,
+                },
+            )
+            while True:
+                msg = frames.recv(child.sock, self.limits.max_frame_bytes, deadline)
+                op = msg.get("op") if isinstance(msg, dict) else None
+                if op == "call":
+                    calls += 1
+                    reply = on_call(str(msg.get("tool")), msg.get("input"))
+                    frames.send(child.sock, {"id": msg.get("id"), "result": reply})
+                elif op == "audit":
+                    on_audit(str(msg.get("event")), msg.get("data"))
+                elif op == "result":
+                    outcome = self._from_report(msg)
+                    break
+                else:
+                    outcome = RunOutcome("garbled", message="unknown frame")
+                    break
+        except frames.FrameError as exc:
+            outcome = self._from_frame_error(exc, child)
+        except OSError as exc:
+            outcome = self._from_frame_error(frames.FrameError("eof", str(exc)), child)
+        finally:
+            child.close()
+        if outcome.kind not in {"crash", "violation", "memory"}:
+            self.template.forget_exit(child.pid)
+        outcome.duration_ms = (time.perf_counter() - started) * 1000
+        outcome.ctx_calls = calls
+        return outcome
+
+    def _from_report(self, msg: dict[str, Any]) -> RunOutcome:
+        kind = msg.get("kind")
+        out = RunOutcome(
+            "garbled",
+            stdout=str(msg.get("stdout", ""))[: self.limits.max_log_bytes + 100],
+            stderr=str(msg.get("stderr", ""))[: self.limits.max_log_bytes + 100],
+        )
+        needed = msg.get("needed_packages")
+        if isinstance(needed, list) and all(isinstance(n, str) for n in needed) and needed:
+            out.details["needed_packages"] = [n for n in needed if n in PYTHON_PACKAGES]
+            out.details["failed_on_load"] = msg.get("phase") == "load"
+        if kind == "return":
+            out.kind, out.value = "return", msg.get("value")
+        elif kind == "exception":
+            etype = str(msg.get("type", "Exception"))[:200]
+            out.kind = "memory" if etype == "MemoryError" else "exception"
+            out.error_type = etype
+            out.message = str(msg.get("message", ""))[:2000]
+            line = msg.get("line")
+            out.line = line if isinstance(line, int) else None
+        elif kind == "unserializable":
+            out.kind, out.message = "unserializable", str(msg.get("message", ""))[:500]
+        elif kind == "too_large":
+            out.kind = "too_large"
+            out.details = {"max_bytes": self.limits.max_result_bytes}
+        return out
+
+    def _from_frame_error(self, exc: frames.FrameError, child: WarmChild) -> RunOutcome:
+        if exc.kind == "timeout":
+            return RunOutcome("timeout")
+        if exc.kind == "too_large":
+            return RunOutcome("too_large", details={"max_bytes": self.limits.max_result_bytes})
+        if exc.kind == "garbage":
+            return RunOutcome("garbled", message=str(exc))
+        info = self.template.wait_exit(child.pid, timeout=2.0)
+        if info is None:
+            return RunOutcome("crash", message="its exit status is unknown.")
+        if info.oom or (info.signal == signal.SIGKILL and info.oom):
+            return RunOutcome("memory")
+        if info.signal == signal.SIGSYS:
+            return RunOutcome("violation", details={"signal": "SIGSYS"})
+        if info.signal == signal.SIGXCPU:
+            return RunOutcome("timeout", details={"reason": "cpu time limit"})
+        if info.signal is not None:
+            name = (
+                signal.Signals(info.signal).name
+                if info.signal in signal.valid_signals()
+                else info.signal
+            )
+            return RunOutcome(
+                "crash", message=f"It was killed by {name}.", details={"signal": str(name)}
+            )
+        return RunOutcome(
+            "crash", message=f"It exited with status {info.code}.", details={"exit_code": info.code}
+        )
+
+    def close(self) -> None:
+        self.template.close()
+        if self.cgroups is not None:
+            with contextlib.suppress(OSError):
+                self.cgroups.close()

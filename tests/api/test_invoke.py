@@ -1,0 +1,211 @@
+"""Invoking Python tools through the API: results, errors, counting, auto-disable, stored calls."""
+
+from __future__ import annotations
+
+from fastapi.testclient import TestClient
+
+from tests.conftest import Space, seed_tool
+
+
+def make(client: TestClient, space: Space, rw, code: str, **over: object) -> dict:
+    body = seed_tool(
+        space,
+        code=code,
+        **{"name": "t", "parameters": None, "input_schema": {"type": "object"}, **over},
+    )
+    r = client.post("/v1/custom-tools", json=body, headers=rw)
+    assert r.status_code == 201, r.text
+    return r.json()["data"]
+
+
+def invoke(client: TestClient, tool: dict, rw, payload: dict | None = None, **extra) -> dict:
+    r = client.post(
+        f"/v1/custom-tools/{tool['id']}/invoke", json={"input": payload or {}, **extra}, headers=rw
+    )
+    assert r.status_code == 200, r.text
+    return r.json()["data"]
+
+
+def get_tool(client: TestClient, tool: dict, rw) -> dict:
+    return client.get(f"/v1/custom-tools/{tool['id']}", headers=rw).json()["data"]
+
+
+def test_seed_tool_runs_and_is_counted(client: TestClient, space: Space, rw) -> None:
+    r = client.post("/v1/custom-tools", json=seed_tool(space), headers=rw)
+    tool = r.json()["data"]
+    res = invoke(client, tool, rw, {"order_id": "A-17"}, tool_call_id="call-seed-" + space.id)
+    assert res["status"] == "ok" and res["error"] is None
+    assert res["message"] == "Order A-17 is shipped" and res["llm"] == res["message"]
+    assert res["raw_data"] == {"status": "shipped"}
+    assert res["tool_call_id"] == "call-seed-" + space.id and res["version"] == 1
+    assert res["duration_ms"] > 0 and res["ctx_calls"] == 0
+    assert get_tool(client, tool, rw)["usage_count"] == 1
+    stored = client.get(f"/v1/tool-calls/{res['tool_call_id']}", headers=rw).json()["data"]
+    assert stored["message"] == res["message"]
+    assert [a["event"] for a in stored["audit"]] == ["tool.invoked"]
+    assert stored["audit"][0]["data"]["status"] == "ok"
+    again = client.post(
+        f"/v1/custom-tools/{tool['id']}/invoke",
+        json={"input": {"order_id": "x"}, "tool_call_id": res["tool_call_id"]},
+        headers=rw,
+    )
+    assert again.status_code == 409 and again.json()["error"]["code"] == "duplicate_tool_call_id"
+
+
+def test_entrypoint_shapes(client: TestClient, space: Space, rw) -> None:
+    cases = [
+        ("async def main(**p):\n    return {'message': str(p['n'] * 2)}", {"n": 21}, "42", None),
+        (
+            "def handle(input, ctx):\n    return [input['n'], ctx.toolCallId == ctx.tool_call_id]",
+            {"n": 1},
+            "[1, true]",
+            [1, True],
+        ),
+        (
+            "async def handle(input, ctx):\n    return {'message': 'hi', 'rawData': 1, '_llm': 'L'}",
+            {},
+            "hi",
+            1,
+        ),
+        ("def main(*, ctx, **p):\n    return {'message': ctx.agentId}", {}, "agent-7", None),
+    ]
+    for i, (code, payload, message, raw) in enumerate(cases):
+        tool = make(client, space, rw, code, name=f"shape-{i}")
+        res = invoke(client, tool, rw, payload, agent_id="agent-7")
+        assert res["status"] == "ok", res
+        assert res["message"] == message and res["raw_data"] == raw
+    assert res["llm"] == "agent-7"
+
+
+def test_input_is_validated_before_anything_runs(client: TestClient, space: Space, rw) -> None:
+    r = client.post("/v1/custom-tools", json=seed_tool(space), headers=rw)
+    tool = r.json()["data"]
+    res = invoke(client, tool, rw, {"order_id": 5, "extra": True})
+    assert res["status"] == "error" and res["error"]["code"] == "invalid_input"
+    assert res["error"]["details"][0]["field"] == "input.order_id"
+    res = invoke(client, tool, rw, {})
+    assert "order_id" in res["error"]["details"][0]["message"]
+    after = get_tool(client, tool, rw)
+    assert after["usage_count"] == 0 and after["failure_count"] == 0
+
+
+def test_every_failure_code_has_a_real_cause(client: TestClient, space: Space, rw) -> None:
+    cases = {
+        "runtime_error": "def main(**p):\n    x = 1\n    raise ValueError('bad ' + str(x))\n    return {}\n",
+        "timeout": "def main(**p):\n    while True:\n        pass\n    return {}\n",
+        "memory_limit": "def main(**p):\n    b = bytearray(2 * 1024**3)\n    return {'message': 'x'}\n",
+        "output_too_large": "def main(**p):\n    return {'message': 'x' * 2_000_000}\n",
+        "invalid_result": "def main(**p):\n    return 42\n",
+        "sandbox_violation": "def main(**p):\n    import socket\n    socket.socket()\n    return {}\n",
+    }
+    for code_name, code in cases.items():
+        tool = make(client, space, rw, code, name=code_name.replace("_", "-"), timeout_ms=1000)
+        res = invoke(client, tool, rw)
+        assert res["status"] == "error", (code_name, res)
+        assert res["error"]["code"] == code_name, (code_name, res["error"])
+        t = get_tool(client, tool, rw)
+        assert t["usage_count"] == 1 and t["failure_count"] == 1, code_name
+        assert t["last_error"].startswith(code_name)
+    err = invoke(client, get_tool_by_name(client, space, rw, "runtime-error"), rw)["error"]
+    assert err["details"] == {"type": "ValueError", "message": "bad 1", "line": 3}
+    bad_json = make(client, space, rw, "def main(**p):\n    return {'message': {1, 2}}", name="set")
+    assert invoke(client, bad_json, rw)["error"]["code"] == "invalid_result"
+
+
+def get_tool_by_name(client: TestClient, space: Space, rw, name: str) -> dict:
+    tools = client.get("/v1/custom-tools", params={"workspace_id": space.id}, headers=rw).json()
+    return next(t for t in tools["data"] if t["name"] == name)
+
+
+def test_three_failures_disable_and_success_resets(client: TestClient, space: Space, rw) -> None:
+    flaky = "def main(**p):\n    if p.get('fail'):\n        raise RuntimeError('no')\n    return {'message': 'ok'}"
+    tool = make(client, space, rw, flaky, name="flaky")
+    for _ in range(2):
+        assert invoke(client, tool, rw, {"fail": True})["error"]["code"] == "runtime_error"
+    assert get_tool(client, tool, rw)["failure_count"] == 2
+    assert invoke(client, tool, rw)["status"] == "ok"
+    assert get_tool(client, tool, rw)["failure_count"] == 0
+    for _ in range(3):
+        invoke(client, tool, rw, {"fail": True})
+    t = get_tool(client, tool, rw)
+    assert t["status"] == "disabled" and t["failure_count"] == 3
+    assert t["disabled_reason"] == "automatic, after 3 consecutive failures"
+    res = invoke(client, tool, rw)
+    assert res["error"]["code"] == "tool_disabled"
+    assert get_tool(client, tool, rw)["usage_count"] == 6  # the refused call did not count
+    rows = client.get(
+        "/v1/audit", params={"tool_id": tool["id"], "event": "tool.disabled"}, headers=rw
+    ).json()["data"]
+    assert len(rows) == 1 and rows[0]["data"]["reason"] == t["disabled_reason"]
+    client.post(f"/v1/custom-tools/{tool['id']}/enable", headers=rw)
+    assert invoke(client, tool, rw)["status"] == "ok"
+
+
+def test_output_is_captured_and_capped(client: TestClient, space: Space, rw) -> None:
+    code = (
+        "import sys\n"
+        "def main(**p):\n"
+        "    print('hello')\n"
+        "    print('e' * 100_000, file=sys.stderr)\n"
+        "    return {'message': 'done'}\n"
+    )
+    res = invoke(client, make(client, space, rw, code, name="logs"), rw)
+    assert res["logs"]["stdout"] == "hello\n"
+    assert res["logs"]["stderr"].startswith("e" * 1000)
+    assert "[truncated:" in res["logs"]["stderr"] and len(res["logs"]["stderr"]) < 66_000
+
+
+def test_run_code_and_test_store_and_count_nothing(client: TestClient, space: Space, rw) -> None:
+    r = client.post(
+        "/v1/run-code",
+        json={
+            "language": "python",
+            "code": "def main(**p):\n    return {'message': str(p)}",
+            "input": {"a": 1},
+        },
+        headers=rw,
+    )
+    assert r.status_code == 200 and r.json()["data"]["message"] == "{'a': 1}"
+    syntax = client.post(
+        "/v1/run-code", json={"language": "python", "code": "def main(:\n"}, headers=rw
+    ).json()["data"]
+    assert syntax["error"]["code"] == "runtime_error" and syntax["error"]["details"]["line"] == 1
+    body = seed_tool(space, name="draft", input={"order_id": "Z"})
+    tested = client.post("/v1/custom-tools/test", json=body, headers=rw)
+    assert tested.status_code == 200 and tested.json()["data"]["message"] == "Order Z is shipped"
+    listed = client.get("/v1/custom-tools", params={"workspace_id": space.id}, headers=rw).json()
+    assert listed["data"] == []
+    bad = client.post("/v1/custom-tools/test", json={**body, "code": "def main(:"}, headers=rw)
+    assert bad.status_code == 422 and bad.json()["error"]["code"] == "invalid_tool"
+    rows = client.get("/v1/audit", params={"event": "builtin.called"}, headers=rw).json()["data"]
+    assert [r["data"]["name"] for r in rows] == ["run_code", "run_code"]
+
+
+def test_runtimes_tell_the_truth(client: TestClient, rw) -> None:
+    data = client.get("/v1/custom-tools/runtimes", headers=rw).json()["data"]
+    py = data["python"]
+    assert py["available"] is True
+    assert {e["name"] for e in py["entrypoints"]} == {"main", "handle"}
+    iso = py["isolation"]
+    assert set(iso["namespaces"]) == {"mount", "pid", "network", "ipc", "uts"}
+    assert iso["seccomp"] == "allowlist" and iso["readonly_root"] is True
+    assert iso["cgroup"] in {"v1", "v2"}
+    assert {"name": "numpy", "version": "2.3.5"} in py["dependencies"]
+    assert data["javascript"]["available"] is False
+    health = client.get("/healthz").json()
+    assert health["runtimes"]["python"]["ready"] is True
+
+
+def test_scopes_for_invoking(client: TestClient, space: Space, other_space: Space, rw) -> None:
+    r = client.post("/v1/custom-tools", json=seed_tool(space), headers=rw)
+    url = f"/v1/custom-tools/{r.json()['data']['id']}/invoke"
+    assert client.post(url, json={"input": {}}).status_code == 401
+    assert client.post(url, json={"input": {}}, headers=space.auth("read")).status_code == 403
+    other = other_space.auth("read", "write", "invoke")
+    assert client.post(url, json={"input": {}}, headers=other).status_code == 404
+    assert (
+        client.post(
+            "/v1/run-code", json={"language": "python", "code": "x"}, headers=space.auth("read")
+        ).status_code
+        == 403
+    )

@@ -1,0 +1,85 @@
+"""A service of the security suite's own (SQLite), with the sandbox at full strength."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from toolkiln.api.app import create_app
+from toolkiln.app import Runtime, build
+from toolkiln.config import Settings
+
+SECRET = "tk_security-suite-secret-never-visible"
+
+
+@dataclass
+class Target:
+    runtime: Runtime
+    client: TestClient
+    headers: dict[str, str]
+    workspace_id: str
+    data_dir: Path
+
+    def run(
+        self, code: str, payload: Any = None, timeout_ms: int = 2000, name: str = "attack"
+    ) -> dict:
+        body = {
+            "workspace_id": self.workspace_id,
+            "name": name,
+            "language": "python",
+            "code": code,
+            "input_schema": {"type": "object"},
+            "timeout_ms": timeout_ms,
+            "input": payload or {},
+        }
+        r = self.client.post("/v1/custom-tools/test", json=body, headers=self.headers)
+        assert r.status_code == 200, r.text
+        return r.json()["data"]
+
+    def sandbox_processes(self) -> list[int]:
+        """Pids of every process running as a sandbox uid (warm children and leftovers)."""
+        cfg = self.runtime.sandboxes["python"].config
+        low, high = cfg["uid_base"], cfg["uid_base"] + cfg["uid_count"]
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                uid = entry.stat().st_uid
+            except OSError:
+                continue
+            if low <= uid < high:
+                found.append(int(entry.name))
+        return found
+
+    def assert_contained(self) -> None:
+        """The service answers, and nothing but the warm pool runs as a sandbox uid."""
+        assert self.client.get("/healthz").json()["status"] == "ok"
+        template = self.runtime.sandboxes["python"].template
+        deadline = time.monotonic() + 5
+        while True:
+            running = len(self.sandbox_processes())
+            ready = template._ready.qsize()
+            if running <= ready + 1:  # +1: a replacement may be between fork and "ready"
+                return
+            assert time.monotonic() < deadline, f"{running} sandbox processes, {ready} warm"
+            time.sleep(0.02)
+
+
+@pytest.fixture(scope="session")
+def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
+    data_dir = tmp_path_factory.mktemp("security")
+    os.environ["TOOLKILN_SECRET_FOR_TESTS"] = SECRET  # the service's env must stay unreachable
+    rt = build(Settings(data_dir=data_dir, bootstrap_token=SECRET))
+    rt.services.access.bootstrap(SECRET)
+    who = rt.services.access.authenticate(SECRET)
+    with TestClient(create_app(rt.services), raise_server_exceptions=False) as client:
+        yield Target(rt, client, {"Authorization": f"Bearer {SECRET}"}, who.workspace_id, data_dir)
+    rt.close()
