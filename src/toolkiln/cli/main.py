@@ -71,6 +71,8 @@ def _serve(runtime: Runtime, host: str | None, port: int | None) -> None:
         port=port or settings.port,
         log_level="info",
         access_log=False,
+        loop="uvloop",
+        http="httptools",
     )
 
 

@@ -33,6 +33,7 @@ class PackageStore:
         self.root = root
         self.root.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
+        _readable(self.root)
 
     def listing(self) -> list[dict[str, str]]:
         seen: dict[str, str] = {}
@@ -59,7 +60,19 @@ class PackageStore:
             ]  # fmt: skip
             log.info("installing sandbox packages: %s", " ".join(wanted))
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+            _readable(self.root)
         if done.returncode != 0:
             log.error("package install failed: %s", done.stderr[-2000:])
             return [f"pip failed installing {' '.join(wanted)}: {done.stderr.strip()[-500:]}"]
         return []
+
+
+def _readable(root: Path) -> None:
+    """Sandboxed calls run as other uids: the tree must be world-readable whatever the umask."""
+    for path in [root, *root.rglob("*")]:
+        if path.is_symlink():
+            continue
+        mode = path.stat().st_mode
+        wanted = mode | 0o444 | (0o111 if path.is_dir() else 0)
+        if wanted != mode:
+            path.chmod(wanted)

@@ -116,13 +116,17 @@ class Template:
                 break
             if not raw:
                 break
-            msg = json.loads(raw)
-            if msg.get("op") == "ready" and len(fds) == 2:
-                self._adopt(msg, fds)
-            elif msg.get("op") == "exit":
-                self._exited(msg)
-            else:
-                for fd in fds:
+            try:
+                msg = json.loads(raw)
+                if msg.get("op") == "ready" and len(fds) == 2:
+                    self._adopt(msg, fds)
+                    continue
+                if msg.get("op") == "exit":
+                    self._exited(msg)
+            except Exception:  # one bad message must not stop the pool
+                log.exception("sandbox template message not handled")
+            for fd in fds:
+                with contextlib.suppress(OSError):
                     os.close(fd)
         self._alive = False
         with self._cond:
@@ -130,12 +134,13 @@ class Template:
 
     def _adopt(self, msg: dict[str, Any], fds: list[int]) -> None:
         pidfd, chan = fds
+        fds.clear()  # from here on, WarmChild owns (and closes) them
         sock = socket.socket(fileno=chan)
         global_pid = _pid_of(pidfd)
         handle = None
         try:
             if self.cgroups is not None:
-                handle = self.cgroups.attach(f"c{global_pid}", global_pid)
+                handle = self.cgroups.attach(global_pid)
         except OSError as exc:
             log.error("could not put sandbox child in its cgroup: %s", exc)
             if self.strict:

@@ -40,7 +40,7 @@ class AccessService:
     def authenticate(self, bearer: str | None) -> Principal:
         if not bearer:
             raise Unauthenticated("A bearer token is required.")
-        with self._uow() as tx:
+        with self._uow(readonly=True) as tx:
             record = tx.tokens.by_hash(hash_token(bearer))
         if record is None or record.revoked_at is not None:
             raise Unauthenticated("The token is unknown or revoked.")
@@ -67,7 +67,7 @@ class AccessService:
 
     def list_workspaces(self, principal: Principal) -> list[Workspace]:
         principal.require("read")
-        with self._uow() as tx:
+        with self._uow(readonly=True) as tx:
             return tx.workspaces.all(None if principal.is_admin else principal.workspace_id)
 
     def get_workspace(self, principal: Principal, workspace_id: str) -> Workspace:

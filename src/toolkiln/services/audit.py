@@ -21,7 +21,7 @@ class AuditService:
         elif not principal.is_admin:
             where.workspace_id = principal.workspace_id
         size = clamp_limit(limit)
-        with self._uow() as tx:
+        with self._uow(readonly=True) as tx:
             rows = tx.audit.page(where, decode_cursor(cursor), size + 1)
         more = len(rows) > size
         rows = rows[:size]

@@ -90,7 +90,9 @@ class InvokeService:
         self._uow = uow
         self._runners = runners
         self._tools = tools
-        self._validators: OrderedDict[tuple[str, int], Draft202012Validator] = OrderedDict()
+        self._compiled_cache: OrderedDict[tuple[str, int], tuple[Draft202012Validator, str]] = (
+            OrderedDict()
+        )
         self._lock = threading.Lock()
 
     # -- public use cases
@@ -98,7 +100,7 @@ class InvokeService:
     def invoke(self, principal: Principal, tool_id: str, payload: Any, who: CallContext) -> Result:
         principal.require("invoke")
         call_id = self._call_id(who.tool_call_id)
-        with self._uow() as tx:
+        with self._uow(readonly=True) as tx:
             tool = tx.tools.get(tool_id)
             if tool is None or not principal.can_see(tool.workspace_id):
                 raise NotFound("No custom tool with that id.")
@@ -107,13 +109,16 @@ class InvokeService:
         if tool.status != "active":
             err = error("tool_disabled", "The tool is disabled.", {"reason": tool.disabled_reason})
             return self._finish(tool, refused(call_id, tool.id, tool.version, err), who, [])
-        problems = input_problems(self._validator(tool), payload)
+        validator, entry = self._compiled(tool)
+        problems = input_problems(validator, payload)
         if problems:
             err = error("invalid_input", "The input does not match the tool's schema.", problems)
             return self._finish(tool, refused(call_id, tool.id, tool.version, err), who, [])
         state = _CallState(tool.workspace_id, call_id, tool.id, who.agent_id)
-        run = self._run(tool.language, tool.code, payload, tool.timeout_ms, who, call_id, state)
-        result = shape(call_id, tool.id, tool.version, entrypoint_of(tool.language, tool.code), run)
+        run = self._run(
+            tool.language, tool.code, entry, payload, tool.timeout_ms, who, call_id, state
+        )
+        result = shape(call_id, tool.id, tool.version, entry, run)
         return self._finish(tool, result, who, state.rows)
 
     def test(
@@ -128,10 +133,18 @@ class InvokeService:
             err = error("invalid_input", "The input does not match the tool's schema.", problems)
             return refused(call_id, None, None, err)
         state = _CallState(workspace_id, call_id, None, None)
+        entry = entrypoint_of(draft.language, draft.code)
         run = self._run(
-            draft.language, draft.code, payload, draft.timeout_ms, CallContext(), call_id, state
+            draft.language,
+            draft.code,
+            entry,
+            payload,
+            draft.timeout_ms,
+            CallContext(),
+            call_id,
+            state,
         )
-        return shape(call_id, None, None, entrypoint_of(draft.language, draft.code), run)
+        return shape(call_id, None, None, entry, run)
 
     def run_code(
         self,
@@ -157,8 +170,9 @@ class InvokeService:
         else:
             state = _CallState(principal.workspace_id, call_id, None, who.agent_id)
             timeout = 5000
-            run = self._run(language, code, payload, timeout, who, call_id, state)
-            result = shape(call_id, None, None, entrypoint_of(language, code), run)
+            entry = entrypoint_of(language, code)
+            run = self._run(language, code, entry, payload, timeout, who, call_id, state)
+            result = shape(call_id, None, None, entry, run)
         with self._uow() as tx:
             tx.audit.add(
                 AuditRow(
@@ -174,7 +188,7 @@ class InvokeService:
 
     def get_call(self, principal: Principal, call_id: str) -> tuple[CallRecord, list[AuditRow]]:
         principal.require("read")
-        with self._uow() as tx:
+        with self._uow(readonly=True) as tx:
             record = tx.calls.get(call_id)
             if record is None or not principal.can_see(record.workspace_id):
                 raise NotFound("No tool call with that id.")
@@ -194,24 +208,26 @@ class InvokeService:
             )
         return given
 
-    def _validator(self, tool: Tool) -> Draft202012Validator:
+    def _compiled(self, tool: Tool) -> tuple[Draft202012Validator, str]:
+        """The input validator and entrypoint of a tool version, made once and cached."""
         key = (tool.id, tool.version)
         with self._lock:
-            found = self._validators.get(key)
+            found = self._compiled_cache.get(key)
             if found is not None:
-                self._validators.move_to_end(key)
+                self._compiled_cache.move_to_end(key)
                 return found
-        validator = compile_validator(tool.input_schema)
+        made = (compile_validator(tool.input_schema), entrypoint_of(tool.language, tool.code))
         with self._lock:
-            self._validators[key] = validator
-            while len(self._validators) > 1024:
-                self._validators.popitem(last=False)
-        return validator
+            self._compiled_cache[key] = made
+            while len(self._compiled_cache) > 1024:
+                self._compiled_cache.popitem(last=False)
+        return made
 
     def _run(
         self,
         language: str,
         code: str,
+        entry: str,
         payload: Any,
         timeout_ms: int,
         who: CallContext,
@@ -224,7 +240,7 @@ class InvokeService:
         request = RunRequest(
             language,
             code,
-            entrypoint_of(language, code),
+            entry,
             payload if isinstance(payload, dict) else {},
             timeout_ms,
             who.for_code(call_id),

@@ -76,7 +76,10 @@ class UnitOfWork(Protocol):
     def calls(self) -> CallRepo: ...
 
 
-UnitOfWorkFactory = Callable[[], AbstractContextManager[UnitOfWork]]
+class UnitOfWorkFactory(Protocol):
+    """Opens a transaction; ``readonly=True`` lets the store skip write locks."""
+
+    def __call__(self, readonly: bool = False) -> AbstractContextManager[UnitOfWork]: ...
 
 
 CtxCall = Callable[[str, Any], Any]

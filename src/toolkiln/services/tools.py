@@ -54,7 +54,7 @@ class ToolService:
     def validate(self, principal: Principal, workspace_id: str, draft: ToolDraft) -> dict[str, Any]:
         """The draft's input schema, or InvalidTool with every problem found."""
         principal.require_workspace(workspace_id)
-        with self._uow() as tx:
+        with self._uow(readonly=True) as tx:
             if tx.workspaces.get(workspace_id) is None:
                 raise InvalidTool([{"field": "workspace_id", "message": "no such workspace"}])
             ceiling = tx.workspaces.policy(workspace_id).max_timeout_ms
@@ -97,7 +97,7 @@ class ToolService:
 
     def get(self, principal: Principal, tool_id: str) -> Tool:
         principal.require("read")
-        with self._uow() as tx:
+        with self._uow(readonly=True) as tx:
             return self._visible(tx, principal, tool_id)
 
     def page(
@@ -109,7 +109,7 @@ class ToolService:
         elif not principal.is_admin:
             workspace_id = principal.workspace_id
         size = clamp_limit(limit)
-        with self._uow() as tx:
+        with self._uow(readonly=True) as tx:
             items = tx.tools.page(workspace_id, decode_cursor(cursor), size + 1)
         more = len(items) > size
         items = items[:size]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -11,6 +13,7 @@ import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
 
+from toolkiln.domain.errors import Conflict
 from toolkiln.storage.repos import SqlUnitOfWork
 
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -29,6 +32,11 @@ class Database:
         else:
             kwargs.update(pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
         self.engine = sa.create_engine(url, **kwargs)
+        # SQLite has one writer at a time; when threads of this process queue for it inside
+        # SQLite, its busy handler sleeps with backoff (up to 100 ms a try). Queueing on a
+        # lock of ours instead hands the write lock over at once. Other processes (the CLI,
+        # another replica on the same file) still meet busy_timeout.
+        self._writer = threading.Lock() if self.is_sqlite else contextlib.nullcontext()
         if self.is_sqlite:
             self._tune_sqlite()
 
@@ -46,14 +54,24 @@ class Database:
 
         @sa.event.listens_for(self.engine, "begin")
         def _on_begin(conn: Any) -> None:
-            # IMMEDIATE takes the write lock up front, so concurrent writers queue on
-            # busy_timeout instead of failing with "database is locked" on upgrade.
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            # Writers take the lock up front (IMMEDIATE), so concurrent writers queue on
+            # busy_timeout instead of failing with "database is locked" on upgrade;
+            # readers use a plain BEGIN and never wait for writers (WAL).
+            readonly = conn.info.get("toolkiln_readonly", False)
+            conn.exec_driver_sql("BEGIN" if readonly else "BEGIN IMMEDIATE")
 
     @contextmanager
-    def transaction(self) -> Iterator[SqlUnitOfWork]:
-        with self.engine.begin() as conn:
-            yield SqlUnitOfWork(conn)
+    def transaction(self, readonly: bool = False) -> Iterator[SqlUnitOfWork]:
+        """One unit of work. A unique-constraint race that slipped past the services'
+        checks becomes a Conflict, never a 500."""
+        try:
+            with contextlib.nullcontext() if readonly else self._writer:
+                with self.engine.connect() as conn:
+                    conn.info["toolkiln_readonly"] = readonly
+                    with conn.begin():
+                        yield SqlUnitOfWork(conn)
+        except sa.exc.IntegrityError as exc:
+            raise Conflict("The change conflicts with existing data.", code="conflict") from exc
 
     def ping(self) -> bool:
         try:

@@ -261,26 +261,22 @@ class SqlCalls:
         self._c = conn
 
     def add(self, call: CallRecord) -> None:
-        try:
-            with self._c.begin_nested():
-                self._c.execute(
-                    tool_calls.insert().values(
-                        id=call.id,
-                        workspace_id=call.workspace_id,
-                        tool_id=call.tool_id,
-                        version=call.version,
-                        kind=call.kind,
-                        status=call.status,
-                        error_code=call.error_code,
-                        result=call.result,
-                        agent_id=call.agent_id,
-                        created_at=call.created_at,
-                    )
-                )
-        except sa.exc.IntegrityError as exc:
-            raise Conflict(
-                "That tool_call_id was used before.", code="duplicate_tool_call_id"
-            ) from exc
+        # No savepoint on this hot path: the service checked the id, and a race that
+        # slips past it becomes a Conflict in Database.transaction.
+        self._c.execute(
+            tool_calls.insert().values(
+                id=call.id,
+                workspace_id=call.workspace_id,
+                tool_id=call.tool_id,
+                version=call.version,
+                kind=call.kind,
+                status=call.status,
+                error_code=call.error_code,
+                result=call.result,
+                agent_id=call.agent_id,
+                created_at=call.created_at,
+            )
+        )
 
     def exists(self, call_id: str) -> bool:
         return (

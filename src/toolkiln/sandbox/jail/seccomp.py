@@ -98,7 +98,8 @@ REFUSE = {
     "fgetxattr": 193, "listxattr": 194, "llistxattr": 195, "flistxattr": 196,
     "sched_setaffinity": 203, "setpriority": 141, "mlock": 149, "munlock": 150,
     "mlockall": 151, "munlockall": 152, "sync": 162, "syncfs": 306, "seccomp": 317,
-    "inotify_init1": 294, "inotify_init": 253,
+    "inotify_init1": 294, "inotify_init": 253, "mbind": 237, "set_mempolicy": 238,
+    "get_mempolicy": 239,
 }  # fmt: skip
 
 SYS = {

@@ -235,7 +235,7 @@ class Template:
 def main() -> None:
     cfg = json.loads(sys.argv[1])
     ctl = socket.socket(fileno=int(sys.argv[2]))
-    pyrunner.preload()
+    pyrunner.preload(cfg.get("preload", pyrunner.PRELOAD))
     state = _setup(cfg, ctl)
     # Children are short-lived forks: keep the collector from walking (and so copying)
     # every inherited object page.

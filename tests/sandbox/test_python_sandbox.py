@@ -1,0 +1,100 @@
+"""The Python sandbox on its own: packages, refusing to start without a layer, limits."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from toolkiln.domain.execution import RunRequest
+from toolkiln.sandbox import runner as runner_module
+from toolkiln.sandbox.packages import PYTHON_PACKAGES, PackageStore
+from toolkiln.sandbox.pool import SandboxUnavailable
+from toolkiln.sandbox.runner import PythonSandbox
+
+
+def no_ctx(name: str, payload: object) -> object:
+    return {"error": "unknown_tool"}
+
+
+def no_audit(event: str, data: object) -> None:
+    return None
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PythonSandbox]:
+    sb = PythonSandbox(PackageStore(tmp_path_factory.mktemp("pkgs")), warm=2)
+    yield sb
+    sb.close()
+
+
+def run(sb: PythonSandbox, code: str, timeout_ms: int = 5000):
+    return sb.run(RunRequest("python", code, "handle", {}, timeout_ms), no_ctx, no_audit)
+
+
+def test_a_listed_package_installs_on_first_import(sandbox: PythonSandbox) -> None:
+    code = (
+        "from dateutil.relativedelta import relativedelta\n"
+        "import datetime\n"
+        "def handle(i, c):\n"
+        "    return str(datetime.date(2026, 1, 31) + relativedelta(months=1))"
+    )
+    out = run(sandbox, code, timeout_ms=10000)
+    assert out.kind == "return" and out.value == "2026-02-28", (out.kind, out.message)
+    assert (sandbox.packages.root / "dateutil").is_dir()
+
+
+def test_everything_listed_imports(sandbox: PythonSandbox) -> None:
+    sandbox.packages.install(list(PYTHON_PACKAGES))
+    names = sorted(PYTHON_PACKAGES)
+    code = (
+        f"NAMES = {names!r}\n"
+        "import importlib\n"
+        "def handle(i, c):\n"
+        "    mods = {n: importlib.import_module(n) for n in NAMES}\n"
+        "    np = mods['numpy']\n"
+        "    return {'sum': int(np.arange(10).sum()), 'yaml': mods['yaml'].safe_dump({'a': 1}),\n"
+        "            'jinja': mods['jinja2'].Template('{{ x }}!').render(x='hi'),\n"
+        "            'bs4': mods['bs4'].BeautifulSoup('<b>t</b>', 'html.parser').b.text,\n"
+        "            'regex': bool(mods['regex'].match(r'\\p{L}+', 'abc'))}"
+    )
+    out = run(sandbox, code, timeout_ms=20000)
+    assert out.kind == "return", (out.kind, out.error_type, out.message)
+    assert out.value == {"sum": 45, "yaml": "a: 1\n", "jinja": "hi!", "bs4": "t", "regex": True}
+
+
+def test_an_unlisted_module_fails_clearly(sandbox: PythonSandbox) -> None:
+    out = run(sandbox, "import requests\ndef handle(i, c):\n    return 1")
+    assert out.kind == "exception" and out.error_type == "ModuleNotFoundError"
+    assert "requests" in out.message and "numpy" in out.message
+
+
+def test_a_missing_layer_refuses_to_start_unless_insecure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_cgroups(*args: object, **kwargs: object) -> None:
+        raise OSError("no cgroup controllers on this host")
+
+    monkeypatch.setattr(runner_module, "Cgroups", no_cgroups)
+    with pytest.raises(SandboxUnavailable, match="cgroup"):
+        PythonSandbox(PackageStore(tmp_path / "a"), warm=1)
+    insecure = PythonSandbox(PackageStore(tmp_path / "b"), warm=1, strict=False)
+    try:
+        described = insecure.describe()
+        assert described["insecure"] is True and described["isolation"]["cgroup"] is None
+        out = run(insecure, "def handle(i, c):\n    return 2")
+        assert out.kind == "return" and out.value == 2
+    finally:
+        insecure.close()
+
+
+def test_timeout_kills_even_a_thread_that_outlives_the_entrypoint(sandbox: PythonSandbox) -> None:
+    code = (
+        "import threading, time\n"
+        "def handle(i, c):\n"
+        "    threading.Thread(target=lambda: time.sleep(100)).start()\n"
+        "    return 'returned'"
+    )
+    out = run(sandbox, code)
+    assert out.kind == "return" and out.value == "returned"
