@@ -123,6 +123,50 @@ async def _concurrent(base: str, auth: dict[str, str], url: str) -> tuple[list[f
     return lat, len(lat) / elapsed
 
 
+def bench_sandbox_only() -> list[str]:
+    """The sandbox alone (no HTTP, no database), to split the cost."""
+    from toolkiln.domain.execution import RunRequest
+    from toolkiln.sandbox.packages import PackageStore
+    from toolkiln.sandbox.runner import PythonSandbox
+
+    with tempfile.TemporaryDirectory(prefix="toolkiln-bench-pkgs-") as tmp:
+        sandbox = PythonSandbox(PackageStore(Path(tmp)), warm=16)
+        try:
+            req = RunRequest("python", TOOL, "main", {}, 5000)
+
+            def once() -> float:
+                t = time.perf_counter()
+                out = sandbox.run(req, lambda n, p: None, lambda e, d: None)
+                assert out.kind == "return", out
+                return (time.perf_counter() - t) * 1000
+
+            for _ in range(50):
+                once()
+            seq = [once() for _ in range(N_SEQ)]
+            conc: list[float] = []
+            lock = threading.Lock()
+
+            def worker() -> None:
+                for _ in range(N_CONC // CONC):
+                    d = once()
+                    with lock:
+                        conc.append(d)
+
+            start = time.perf_counter()
+            threads = [threading.Thread(target=worker) for _ in range(CONC)]
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join()
+            rate = len(conc) / (time.perf_counter() - start)
+        finally:
+            sandbox.close()
+    return [
+        row("sandbox only (no HTTP, no DB), sequential", seq, 1000 / statistics.mean(seq)),
+        row(f"sandbox only, {CONC} concurrent threads", conc, rate),
+    ]
+
+
 def bench_fresh_python() -> list[str]:
     code = TOOL + "import json\nprint(json.dumps(main()))\n"
     cmd = [sys.executable, "-I", "-S", "-c", code]
@@ -221,6 +265,7 @@ def main() -> None:
         finally:
             proc.terminate()
             proc.wait(timeout=10)
+    rows += bench_sandbox_only()
     rows += bench_fresh_python()
     rows += bench_node()
     print(head)
