@@ -10,14 +10,22 @@ from typing import Any
 from fastapi import FastAPI
 
 from toolkiln.api.app import create_app
+from toolkiln.builtins.calculate import Calculate
+from toolkiln.builtins.email import SendEmail, SmtpConfig
+from toolkiln.builtins.files import SurfaceFile
+from toolkiln.builtins.run_code import RunCode
+from toolkiln.builtins.search import WebSearch, make_provider
 from toolkiln.config import Settings
 from toolkiln.sandbox.packages import PackageStore
 from toolkiln.sandbox.runner import Limits, PythonSandbox
 from toolkiln.services.access import AccessService
 from toolkiln.services.audit import AuditService
 from toolkiln.services.container import Services
+from toolkiln.services.dispatch import Dispatcher
+from toolkiln.services.files import FileService
 from toolkiln.services.invoke import InvokeService
-from toolkiln.services.ports import CodeRunner
+from toolkiln.services.outbox import OutboxService
+from toolkiln.services.ports import BuiltinTool, CodeRunner, UnitOfWorkFactory
 from toolkiln.services.system import SystemService
 from toolkiln.services.tools import ToolService
 from toolkiln.storage.database import Database
@@ -56,14 +64,42 @@ def build(settings: Settings, *, migrate: bool = True, sandbox: bool = True) -> 
     runners: dict[str, CodeRunner] = dict(sandboxes)
     uow = database.transaction
     tools = ToolService(uow)
+    invoke = InvokeService(uow, runners, tools)
+    files = FileService(
+        uow, settings.data_dir / "files", settings.signing_key(), settings.resolved_public_url()
+    )
+    dispatcher = Dispatcher(uow, _builtins(settings, uow, files, invoke))
+    invoke.dispatcher = dispatcher  # run_code runs through invoke, and invoke's ctx through this
     services = Services(
         access=AccessService(uow),
         tools=tools,
         audit=AuditService(uow),
         system=SystemService(database.ping, lambda: {n: r.describe() for n, r in runners.items()}),
-        invoke=InvokeService(uow, runners, tools),
+        invoke=invoke,
+        dispatcher=dispatcher,
+        files=files,
+        outbox=OutboxService(uow),
     )
     return Runtime(settings, database, services, sandboxes)
+
+
+def _builtins(
+    settings: Settings, uow: UnitOfWorkFactory, files: FileService, invoke: InvokeService
+) -> dict[str, BuiltinTool]:
+    smtp = settings.smtp_url
+    key = settings.search_api_key
+    provider = make_provider(
+        settings.search_provider, settings.search_url, key.get_secret_value() if key else None
+    )
+    return {
+        "calculate": Calculate(),
+        "send_email": SendEmail(
+            uow, SmtpConfig.from_url(smtp.get_secret_value()) if smtp else None
+        ),
+        "web_search": WebSearch(provider),
+        "surface_file": SurfaceFile(files),
+        "run_code": RunCode(invoke.execute_code),
+    }
 
 
 def build_app(runtime: Runtime) -> FastAPI:

@@ -27,6 +27,12 @@ class Settings(BaseSettings):
     sandbox_warm: int = Field(8, ge=1, le=128)
     sandbox_memory_mb: int = Field(256, ge=32, le=4096)
     sandbox_insecure: bool = False
+    public_url: str | None = None
+    smtp_url: SecretStr | None = None
+    search_provider: str | None = None
+    search_url: str | None = None
+    search_api_key: SecretStr | None = None
+    file_signing_key: SecretStr | None = None
 
     def resolved_database_url(self) -> str:
         if self.database_url:
@@ -36,6 +42,21 @@ class Settings(BaseSettings):
     @property
     def packages_dir(self) -> Path:
         return (self.data_dir / "packages" / "python").resolve()
+
+    def resolved_public_url(self) -> str:
+        return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")
+
+    def signing_key(self) -> bytes:
+        """The key that signs file links; replicas must share it (set it explicitly)."""
+        if self.file_signing_key is not None:
+            return self.file_signing_key.get_secret_value().encode()
+        path = self.data_dir / "signing.key"
+        if not path.exists():
+            import secrets
+
+            path.write_text(secrets.token_hex(32))
+            path.chmod(0o600)
+        return path.read_text().strip().encode()
 
     def ensure_data_dir(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from toolkiln.domain.execution import RunOutcome
+from toolkiln.domain.shaping import shaping_problems
 
 COUNTED = {
     "runtime_error",
@@ -84,6 +85,9 @@ def shape(
 def _read_value(result: Result, entry: str, value: Any) -> str | None:
     """Fill message/raw_data/llm/render/interactive; return a problem, or None if it fits."""
     if isinstance(value, dict) and isinstance(value.get("message"), str):
+        problems = shaping_problems(value)
+        if problems:
+            return f"the result's display fields break their schema: {problems[:5]}"
         result.message = value["message"]
         result.raw_data = value.get("rawData")
         result.llm = value.get("_llm", value["message"])

@@ -28,7 +28,10 @@ UIDS_PER_SANDBOX = 256
 def _uid_base() -> int:
     """A uid range of this sandbox alone: distinct per process (replicas on one host) and per
     instance within it, so no two calls anywhere on the host share a uid."""
-    slot = (os.getpid() % 4000) * 8 + next(_instances) % 8
+    instance = next(_instances)
+    if instance >= 64:
+        raise SandboxUnavailable("at most 64 sandboxes per process (each needs its own uids)")
+    slot = (os.getpid() % 1000) * 64 + instance
     return 1_000_000 + slot * UIDS_PER_SANDBOX
 
 
@@ -195,6 +198,7 @@ class PythonSandbox:
         except SandboxUnavailable as exc:
             return RunOutcome("infra", message=str(exc))
         calls = 0
+        reader = frames.Reader(child.sock)
         try:
             frames.send(
                 child.sock,
@@ -207,7 +211,7 @@ class PythonSandbox:
                 },
             )
             while True:
-                msg = frames.recv(child.sock, self.limits.max_frame_bytes, deadline)
+                msg = reader.recv(self.limits.max_frame_bytes, deadline)
                 op = msg.get("op") if isinstance(msg, dict) else None
                 if op == "call":
                     calls += 1
@@ -222,9 +226,9 @@ class PythonSandbox:
                     outcome = RunOutcome("garbled", message="unknown frame")
                     break
         except frames.FrameError as exc:
-            outcome = self._from_frame_error(exc, child)
+            outcome = self._from_frame_error(exc, child, deadline)
         except OSError as exc:
-            outcome = self._from_frame_error(frames.FrameError("eof", str(exc)), child)
+            outcome = self._from_frame_error(frames.FrameError("eof", str(exc)), child, deadline)
         finally:
             child.close()
         if outcome.kind not in {"crash", "violation", "memory"}:
@@ -260,8 +264,12 @@ class PythonSandbox:
             out.details = {"max_bytes": self.limits.max_result_bytes}
         return out
 
-    def _from_frame_error(self, exc: frames.FrameError, child: WarmChild) -> RunOutcome:
-        if exc.kind == "timeout":
+    def _from_frame_error(
+        self, exc: frames.FrameError, child: WarmChild, deadline: float
+    ) -> RunOutcome:
+        # Past the deadline, whatever ended the process (our clock, or its CPU rlimit when
+        # this thread woke late on a loaded host), the call ran out of time.
+        if exc.kind == "timeout" or time.monotonic() >= deadline:
             return RunOutcome("timeout")
         if exc.kind == "too_large":
             return RunOutcome("too_large", details={"max_bytes": self.limits.max_result_bytes})

@@ -6,7 +6,10 @@ from dataclasses import dataclass
 
 from toolkiln.services.access import AccessService
 from toolkiln.services.audit import AuditService
+from toolkiln.services.dispatch import Dispatcher
+from toolkiln.services.files import FileService
 from toolkiln.services.invoke import InvokeService
+from toolkiln.services.outbox import OutboxService
 from toolkiln.services.system import SystemService
 from toolkiln.services.tools import ToolService
 
@@ -18,3 +21,6 @@ class Services:
     audit: AuditService
     system: SystemService
     invoke: InvokeService
+    dispatcher: Dispatcher
+    files: FileService
+    outbox: OutboxService

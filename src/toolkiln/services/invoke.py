@@ -1,4 +1,4 @@
-"""Invoking tools: input validation, the sandbox run, counting, auto-disable and audit."""
+"""Invoking tools: input validation, the sandbox run, ctx calls, counting, auto-disable, audit."""
 
 from __future__ import annotations
 
@@ -11,20 +11,24 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from toolkiln.domain.auth import Principal
+from toolkiln.domain.builtin import BuiltinCall
 from toolkiln.domain.code_check import check_code, entrypoint_of
-from toolkiln.domain.errors import Conflict, InvalidRequest, NotFound
+from toolkiln.domain.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from toolkiln.domain.execution import RunOutcome, RunRequest
 from toolkiln.domain.ids import new_id, utcnow
+from toolkiln.domain.limits import MAX_TIMEOUT_MS
 from toolkiln.domain.problems import nul_problems
-from toolkiln.domain.records import AuditFilter, AuditRow, CallRecord
+from toolkiln.domain.records import AuditFilter, AuditRow, CallRecord, Policy
 from toolkiln.domain.results import Result, error, last_error_text, refused, shape
 from toolkiln.domain.schema import compile_validator, input_problems
 from toolkiln.domain.tools import AUTO_DISABLE_REASON, Tool, ToolDraft
+from toolkiln.services.dispatch import Dispatcher, envelope
 from toolkiln.services.ports import CodeRunner, UnitOfWork, UnitOfWorkFactory
 from toolkiln.services.tools import ToolService
 
 MAX_CTX_CALLS = 50
 MAX_CALL_ID_CHARS = 128
+RUN_CODE_TIMEOUT_MS = 5000
 
 
 @dataclass(slots=True)
@@ -36,6 +40,7 @@ class CallContext:
     agent_name: str | None = None
     conversation_id: str | None = None
     power_user_id: str | None = None
+    source: str = "api"
 
     def for_code(self, call_id: str) -> dict[str, Any]:
         return {
@@ -48,22 +53,36 @@ class CallContext:
 
 
 @dataclass
-class _CallState:
-    """What one invocation's ctx did; ctx rows are written with the call, in order."""
+class _Budget:
+    """Shared by a root call and every call nested under it."""
 
+    deadline: float
+    used: int = 0
+    policy: Policy | None = None  # read once, at the first ctx call
+
+
+@dataclass
+class _CallState:
+    """One sandbox run's ctx: where its calls go and what it wrote with ctx.audit."""
+
+    service: InvokeService
     workspace_id: str
     call_id: str
     tool_id: str | None
-    agent_id: str | None
+    who: CallContext
+    budget: _Budget
+    chain: tuple[str, ...] = ()
     rows: list[AuditRow] = field(default_factory=list)
-    calls: int = 0
 
     def on_call(self, name: str, payload: Any) -> Any:
-        self.calls += 1
-        if self.calls > MAX_CTX_CALLS:
-            return {"error": "call_limit", "details": {"max_calls": MAX_CTX_CALLS}}
-        # Built-in tools arrive with the ctx issue; until then every name is unknown.
-        return {"error": "unknown_tool", "details": {"name": name[:100]}}
+        self.budget.used += 1
+        if self.budget.used > MAX_CTX_CALLS:
+            return envelope("call_limit", "", {"max_calls": MAX_CTX_CALLS})
+        if time.monotonic() >= self.budget.deadline:
+            return envelope("timeout", "The calling tool's time is up.")
+        if not isinstance(name, str) or not 0 < len(name) <= 128:
+            return envelope("unknown_tool", "Tool names are 1-128 characters.")
+        return self.service._dispatch(name, payload, self)
 
     def on_audit(self, event: str, data: Any) -> None:
         if len(self.rows) >= 200 or not isinstance(event, str) or not 0 < len(event) <= 64:
@@ -77,7 +96,7 @@ class _CallState:
                 source="code",
                 tool_id=self.tool_id,
                 tool_call_id=self.call_id,
-                agent_id=self.agent_id,
+                agent_id=self.who.agent_id,
                 data={"data": data},
             )
         )
@@ -94,6 +113,8 @@ class InvokeService:
             OrderedDict()
         )
         self._lock = threading.Lock()
+        # Set by the composition root: built-ins include run_code, which runs through us.
+        self.dispatcher: Dispatcher | None = None
 
     # -- public use cases
 
@@ -106,20 +127,8 @@ class InvokeService:
                 raise NotFound("No custom tool with that id.")
             if tx.calls.exists(call_id):
                 raise _duplicate()
-        if tool.status != "active":
-            err = error("tool_disabled", "The tool is disabled.", {"reason": tool.disabled_reason})
-            return self._finish(tool, refused(call_id, tool.id, tool.version, err), who, [])
-        validator, entry = self._compiled(tool)
-        problems = input_problems(validator, payload)
-        if problems:
-            err = error("invalid_input", "The input does not match the tool's schema.", problems)
-            return self._finish(tool, refused(call_id, tool.id, tool.version, err), who, [])
-        state = _CallState(tool.workspace_id, call_id, tool.id, who.agent_id)
-        run = self._run(
-            tool.language, tool.code, entry, payload, tool.timeout_ms, who, call_id, state
-        )
-        result = shape(call_id, tool.id, tool.version, entry, run)
-        return self._finish(tool, result, who, state.rows)
+        budget = _Budget(time.monotonic() + tool.timeout_ms / 1000)
+        return self._invoke(tool, payload, who, call_id, budget, ())
 
     def test(
         self, principal: Principal, workspace_id: str, draft: ToolDraft, payload: Any
@@ -132,32 +141,39 @@ class InvokeService:
         if problems:
             err = error("invalid_input", "The input does not match the tool's schema.", problems)
             return refused(call_id, None, None, err)
-        state = _CallState(workspace_id, call_id, None, None)
         entry = entrypoint_of(draft.language, draft.code)
-        run = self._run(
-            draft.language,
-            draft.code,
-            entry,
-            payload,
-            draft.timeout_ms,
-            CallContext(),
-            call_id,
-            state,
-        )
+        budget = _Budget(time.monotonic() + draft.timeout_ms / 1000)
+        state = _CallState(self, workspace_id, call_id, None, CallContext(), budget)
+        run = self._run(draft.language, draft.code, entry, payload, draft.timeout_ms, state)
         return shape(call_id, None, None, entry, run)
 
     def run_code(
-        self,
-        principal: Principal,
-        language: str,
-        code: str,
-        payload: Any,
-        who: CallContext,
-        source: str = "api",
-    ) -> Result:
-        """The run_code built-in: one run, nothing stored but the audit row."""
+        self, principal: Principal, language: str, code: str, payload: Any, who: CallContext
+    ) -> dict[str, Any]:
+        """POST /v1/run-code: the run_code built-in, called by the API."""
         principal.require("invoke")
+        assert self.dispatcher is not None
         call_id = self._call_id(who.tool_call_id)
+        body = {"language": language, "code": code, "input": payload}
+        result = self.dispatcher.call(
+            principal.workspace_id,
+            "run_code",
+            body,
+            source=who.source,
+            tool_call_id=call_id,
+            agent_id=who.agent_id,
+        )
+        if "status" not in result:  # an envelope: the dispatcher refused before running
+            if result.get("error") == "not_allowed":
+                raise Forbidden("This workspace's policy does not allow run_code.", result)
+            raise InvalidRequest("run_code refused the input.", result.get("details"))
+        return result
+
+    def execute_code(
+        self, language: str, code: str, payload: Any, call: BuiltinCall
+    ) -> dict[str, Any]:
+        """The body of the run_code built-in: one sandbox run, nothing stored."""
+        call_id = call.tool_call_id or new_id()
         problems = check_code(language, code)
         if problems:
             first = problems[0]
@@ -166,25 +182,21 @@ class InvokeService:
                 "message": first["message"],
                 "line": first.get("line"),
             }
-            result = refused(call_id, None, None, error("runtime_error", first["message"], details))
-        else:
-            state = _CallState(principal.workspace_id, call_id, None, who.agent_id)
-            timeout = 5000
-            entry = entrypoint_of(language, code)
-            run = self._run(language, code, entry, payload, timeout, who, call_id, state)
-            result = shape(call_id, None, None, entry, run)
-        with self._uow() as tx:
-            tx.audit.add(
-                AuditRow(
-                    principal.workspace_id,
-                    "builtin.called",
-                    source=source,
-                    tool_call_id=call_id,
-                    agent_id=who.agent_id,
-                    data=_summary(result, name="run_code", language=language),
-                )
-            )
-        return result
+            err = error("runtime_error", first["message"], details)
+            return refused(call_id, None, None, err).as_dict()
+        left_ms = RUN_CODE_TIMEOUT_MS
+        if call.deadline is not None:
+            left_ms = min(left_ms, int((call.deadline - time.monotonic()) * 1000))
+        if left_ms <= 0:
+            return refused(call_id, None, None, error("timeout", "No time left.")).as_dict()
+        budget = _Budget(time.monotonic() + left_ms / 1000)
+        who = CallContext(tool_call_id=call_id, agent_id=call.agent_id, source=call.source)
+        state = _CallState(self, call.workspace_id, call_id, None, who, budget)
+        entry = entrypoint_of(language, code)
+        run = self._run(
+            language, code, entry, payload if isinstance(payload, dict) else {}, left_ms, state
+        )
+        return shape(call_id, None, None, entry, run).as_dict()
 
     def get_call(self, principal: Principal, call_id: str) -> tuple[CallRecord, list[AuditRow]]:
         principal.require("read")
@@ -196,6 +208,82 @@ class InvokeService:
         return record, rows
 
     # -- internals
+
+    def _invoke(
+        self,
+        tool: Tool,
+        payload: Any,
+        who: CallContext,
+        call_id: str,
+        budget: _Budget,
+        chain: tuple[str, ...],
+        parent: str | None = None,
+    ) -> Result:
+        if tool.status != "active":
+            err = error("tool_disabled", "The tool is disabled.", {"reason": tool.disabled_reason})
+            return self._finish(tool, refused(call_id, tool.id, tool.version, err), who, [], parent)
+        validator, entry = self._compiled(tool)
+        problems = input_problems(validator, payload)
+        if problems:
+            err = error("invalid_input", "The input does not match the tool's schema.", problems)
+            return self._finish(tool, refused(call_id, tool.id, tool.version, err), who, [], parent)
+        left_ms = int((budget.deadline - time.monotonic()) * 1000)
+        timeout_ms = max(1, min(tool.timeout_ms, left_ms))
+        state = _CallState(
+            self, tool.workspace_id, call_id, tool.id, who, budget, (*chain, tool.id)
+        )
+        run = self._run(tool.language, tool.code, entry, payload, timeout_ms, state)
+        result = shape(call_id, tool.id, tool.version, entry, run)
+        return self._finish(tool, result, who, state.rows, parent)
+
+    def _dispatch(self, name: str, payload: Any, state: _CallState) -> Any:
+        """Where a ctx.tools call goes: a built-in, or a custom tool of the same workspace."""
+        assert self.dispatcher is not None
+        if self.dispatcher.knows(name):
+            if state.budget.policy is None:
+                with self._uow(readonly=True) as tx:
+                    state.budget.policy = tx.workspaces.policy(state.workspace_id)
+            return self.dispatcher.call(
+                state.workspace_id,
+                name,
+                payload,
+                source="code",
+                tool_call_id=state.call_id,
+                agent_id=state.who.agent_id,
+                tool_id=state.tool_id,
+                deadline=state.budget.deadline,
+                policy=state.budget.policy,
+                sink=state.rows,
+            )
+        with self._uow(readonly=True) as tx:
+            tool = tx.tools.by_name(state.workspace_id, name.removeprefix("custom_"))
+            if tool is None and name.startswith("custom_"):
+                found = tx.tools.get(name.removeprefix("custom_"))
+                tool = found if found and found.workspace_id == state.workspace_id else None
+        if tool is None:
+            return envelope(
+                "unknown_tool", f"No tool named {name!r} in this workspace.", {"name": name}
+            )
+        if tool.id in state.chain:
+            chain = [*state.chain, tool.id]
+            return envelope("recursion", "A tool may not reach itself.", {"chain": chain})
+        who = CallContext(
+            agent_id=state.who.agent_id, conversation_id=state.who.conversation_id, source="code"
+        )
+        nested = self._invoke(
+            tool, payload, who, new_id(), state.budget, state.chain, state.call_id
+        )
+        if nested.error is not None:
+            return {
+                "error": nested.error["code"],
+                "details": {**nested.error, "tool_call_id": nested.tool_call_id},
+            }
+        return {
+            "message": nested.message,
+            "rawData": nested.raw_data,
+            "llm": nested.llm,
+            "tool_call_id": nested.tool_call_id,
+        }
 
     @staticmethod
     def _call_id(given: str | None) -> str:
@@ -224,15 +312,7 @@ class InvokeService:
         return made
 
     def _run(
-        self,
-        language: str,
-        code: str,
-        entry: str,
-        payload: Any,
-        timeout_ms: int,
-        who: CallContext,
-        call_id: str,
-        state: _CallState,
+        self, language: str, code: str, entry: str, payload: Any, timeout_ms: int, state: _CallState
     ) -> RunOutcome:
         runner = self._runners.get(language)
         if runner is None:
@@ -242,8 +322,8 @@ class InvokeService:
             code,
             entry,
             payload if isinstance(payload, dict) else {},
-            timeout_ms,
-            who.for_code(call_id),
+            min(timeout_ms, MAX_TIMEOUT_MS),
+            state.who.for_code(state.call_id),
         )
         started = time.perf_counter()
         try:
@@ -256,7 +336,12 @@ class InvokeService:
             )
 
     def _finish(
-        self, tool: Tool, result: Result, who: CallContext, ctx_rows: list[AuditRow]
+        self,
+        tool: Tool,
+        result: Result,
+        who: CallContext,
+        ctx_rows: list[AuditRow],
+        parent: str | None,
     ) -> Result:
         """Counters, the stored call and its audit rows, in one transaction."""
         with self._uow() as tx:
@@ -279,9 +364,11 @@ class InvokeService:
                     utcnow(),
                 )
             )
-            for row in ctx_rows:
-                tx.audit.add(row)
-            self._audit(tx, tool, result, who, "tool.invoked", _summary(result))
+            tx.audit.add_many(ctx_rows)
+            summary = _summary(result)
+            if parent is not None:
+                summary["parent_call_id"] = parent
+            self._audit(tx, tool, result, who, "tool.invoked", summary)
             if counted is not None and counted.just_disabled:
                 data = {"reason": AUTO_DISABLE_REASON, "failure_count": counted.failure_count}
                 self._audit(tx, tool, result, who, "tool.disabled", data)
@@ -295,7 +382,7 @@ class InvokeService:
             AuditRow(
                 tool.workspace_id,
                 event,
-                source="llm" if who.agent_id else "api",
+                source=who.source,
                 tool_id=tool.id,
                 tool_call_id=result.tool_call_id,
                 agent_id=who.agent_id,
@@ -304,9 +391,8 @@ class InvokeService:
         )
 
 
-def _summary(result: Result, **extra: Any) -> dict[str, Any]:
+def _summary(result: Result) -> dict[str, Any]:
     return {
-        **extra,
         "status": result.status,
         "error": result.error["code"] if result.error else None,
         "duration_ms": result.duration_ms,

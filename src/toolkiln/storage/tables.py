@@ -102,3 +102,33 @@ tool_calls = sa.Table(
     sa.Column("created_at", Moment, nullable=False),
     sa.Index("ix_tool_calls_tool", "tool_id", "created_at"),
 )
+
+outbox = sa.Table(
+    "outbox",
+    metadata,
+    sa.Column("seq", sa.Integer, sa.Identity(), primary_key=True),
+    sa.Column("id", sa.String(32), nullable=False, unique=True),
+    sa.Column("workspace_id", sa.String(32), nullable=False, index=True),
+    sa.Column("message_id", sa.String(255), nullable=False),
+    sa.Column("recipients", JSONType, nullable=False),
+    sa.Column("subject", sa.Text, nullable=False),
+    sa.Column("body_text", sa.Text, nullable=False),
+    sa.Column("body_html", sa.Text),
+    sa.Column("reply_to", sa.String(320)),
+    sa.Column("source", sa.String(8), nullable=False),
+    sa.Column("tool_call_id", sa.String(128)),
+    sa.Column("created_at", Moment, nullable=False),
+)
+
+files = sa.Table(
+    "files",
+    metadata,
+    sa.Column("id", sa.String(32), primary_key=True),
+    sa.Column("workspace_id", sa.String(32), nullable=False),
+    sa.Column("filename", sa.String(255), nullable=False),
+    sa.Column("mime_type", sa.String(127), nullable=False),
+    sa.Column("size", sa.Integer, nullable=False),
+    sa.Column("sha256", sa.String(64), nullable=False),
+    sa.Column("created_at", Moment, nullable=False),
+    sa.Column("expires_at", Moment, nullable=False),
+)

@@ -33,6 +33,7 @@ def invoke_tool(tool_id: str, body: models.InvokeIn, who: Caller, svc: Svc) -> d
         agent_id=body.agent_id,
         conversation_id=body.conversation_id,
         power_user_id=body.power_user_id,
+        source="llm" if body.agent_id else "api",
     )
     return {"data": svc.invoke.invoke(who, tool_id, body.input, context).as_dict()}
 
@@ -40,8 +41,7 @@ def invoke_tool(tool_id: str, body: models.InvokeIn, who: Caller, svc: Svc) -> d
 @router.post("/run-code", response_model=models.One[models.Result])
 def run_code(body: models.RunCodeIn, who: Caller, svc: Svc) -> dict[str, Any]:
     context = CallContext(tool_call_id=body.tool_call_id)
-    result = svc.invoke.run_code(who, body.language, body.code, body.input, context)
-    return {"data": result.as_dict()}
+    return {"data": svc.invoke.run_code(who, body.language, body.code, body.input, context)}
 
 
 @router.get("/tool-calls/{tool_call_id}", response_model=models.One[models.StoredResult])

@@ -13,8 +13,8 @@ import linux
 def _limits(cfg: dict) -> None:
     mb = 1024 * 1024
     cpu = int(cfg["max_cpu_s"])
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
     for res, value in [
-        (resource.RLIMIT_CPU, cpu),
         (resource.RLIMIT_AS, int(cfg["address_space_mb"]) * mb),
         (resource.RLIMIT_NPROC, int(cfg["max_threads"])),
         (resource.RLIMIT_NOFILE, int(cfg["max_open_files"])),

@@ -34,30 +34,39 @@ def send(sock: socket.socket, obj: Any) -> None:
     sock.sendall(encode(obj))
 
 
-def _recv_exact(sock: socket.socket, n: int, deadline: float | None) -> bytes:
-    chunks, got = [], 0
-    while got < n:
-        if deadline is not None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise FrameError("timeout", "deadline passed")
-            ready, _, _ = select.select([sock], [], [], left)
-            if not ready:
-                raise FrameError("timeout", "deadline passed")
-        chunk = sock.recv(min(n - got, 1 << 20))
-        if not chunk:
-            raise FrameError("eof", "the peer closed the channel")
-        chunks.append(chunk)
-        got += len(chunk)
-    return b"".join(chunks)
+class Reader:
+    """Reads frames from one socket, keeping what arrived beyond the current frame.
 
+    One ``recv`` of up to 64 KiB usually brings a whole frame, so a frame costs one poll and
+    one read instead of two of each. Caps are checked before any body is accumulated."""
 
-def recv(sock: socket.socket, max_bytes: int, deadline: float | None = None) -> Any:
-    (length,) = HEADER.unpack(_recv_exact(sock, HEADER.size, deadline))
-    if length > max_bytes:
-        raise FrameError("too_large", f"frame of {length} bytes is over the cap of {max_bytes}")
-    body = _recv_exact(sock, length, deadline)
-    try:
-        return _loads(body)
-    except (ValueError, RecursionError) as exc:
-        raise FrameError("garbage", f"not a JSON frame: {exc}") from None
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buf = bytearray()
+
+    def _fill(self, need: int, deadline: float | None) -> None:
+        while len(self.buf) < need:
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise FrameError("timeout", "deadline passed")
+                ready, _, _ = select.select([self.sock], [], [], left)
+                if not ready:
+                    raise FrameError("timeout", "deadline passed")
+            chunk = self.sock.recv(max(65536, min(need - len(self.buf), 1 << 20)))
+            if not chunk:
+                raise FrameError("eof", "the peer closed the channel")
+            self.buf += chunk
+
+    def recv(self, max_bytes: int, deadline: float | None = None) -> Any:
+        self._fill(HEADER.size, deadline)
+        (length,) = HEADER.unpack_from(self.buf)
+        if length > max_bytes:
+            raise FrameError("too_large", f"frame of {length} bytes is over the cap of {max_bytes}")
+        self._fill(HEADER.size + length, deadline)
+        body = bytes(self.buf[HEADER.size : HEADER.size + length])
+        del self.buf[: HEADER.size + length]
+        try:
+            return _loads(body)
+        except (ValueError, RecursionError) as exc:
+            raise FrameError("garbage", f"not a JSON frame: {exc}") from None

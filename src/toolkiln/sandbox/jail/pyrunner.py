@@ -89,13 +89,15 @@ class PackageFinder(importlib.abc.MetaPathFinder):
         )
 
 
-class CtxError(Exception):
-    """The link to the platform is broken (documented as ToolkilnLinkError in docs/ctx.md)."""
+class ToolkilnLinkError(Exception):
+    """The link to the platform is broken: the one failure of ``ctx`` that raises
+    (docs/ctx.md). Tool code can catch it as ``ctx.LinkError``."""
 
 
 class _Link:
     def __init__(self, sock: socket.socket, max_reply: int) -> None:
         self.sock = sock
+        self.reader = frames.Reader(sock)
         self.max_reply = max_reply
         self.next_id = 0
 
@@ -105,18 +107,18 @@ class _Link:
             frames.send(
                 self.sock, {"op": "call", "id": self.next_id, "tool": tool, "input": payload}
             )
-            reply = frames.recv(self.sock, self.max_reply)
+            reply = self.reader.recv(self.max_reply)
         except (OSError, frames.FrameError, TypeError, ValueError) as exc:
-            raise CtxError(f"ctx.tools.{tool}: the platform link failed: {exc}") from None
+            raise ToolkilnLinkError(f"ctx.tools.{tool}: the platform link failed: {exc}") from None
         if not isinstance(reply, dict) or reply.get("id") != self.next_id:
-            raise CtxError("ctx: the platform sent an unexpected reply")
+            raise ToolkilnLinkError("ctx: the platform sent an unexpected reply")
         return reply.get("result")
 
     def audit(self, event: object, data: object) -> None:
         try:
             frames.send(self.sock, {"op": "audit", "event": event, "data": data})
         except (OSError, TypeError, ValueError) as exc:
-            raise CtxError(f"ctx.audit: {exc}") from None
+            raise ToolkilnLinkError(f"ctx.audit: {exc}") from None
 
 
 class _Tools:
@@ -148,6 +150,8 @@ class _Tools:
 
 class Ctx:
     """What a tool receives as ``ctx`` (docs/ctx.md)."""
+
+    LinkError = ToolkilnLinkError
 
     def __init__(self, info: dict, link: _Link, is_async: bool) -> None:
         self.agentId = self.agent_id = info.get("agentId")
@@ -249,10 +253,11 @@ def serve(sock: socket.socket, cfg: dict) -> None:
     link = _Link(sock, int(cfg["max_reply_bytes"]))
     if cfg.get("warm_up", True):
         _warm_up(link, finder)
-    req = frames.recv(sock, int(cfg["max_request_bytes"]))
+    req = link.reader.recv(int(cfg["max_request_bytes"]))
     started = time.monotonic()
     cpu = max(1, min(int(cfg["max_cpu_s"]), int(req.get("timeout_ms", 5000)) // 1000 + 1))
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
+    # Soft below hard: SIGXCPU first (reported as a timeout), SIGKILL a second later.
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
     sys.stdout, sys.stderr = out, err
     report = _execute(req, link, finder)
     sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__

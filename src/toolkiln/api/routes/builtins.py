@@ -1,0 +1,101 @@
+"""Built-in tools, the outbox, and signed file downloads (CONTRACT section 6)."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+from fastapi import APIRouter
+from fastapi.responses import FileResponse
+from pydantic import Field
+
+from toolkiln.api import models
+from toolkiln.api.deps import Caller, Svc
+from toolkiln.domain.ids import rfc3339
+from toolkiln.services.files import safe_filename
+
+router = APIRouter(prefix="/v1", tags=["built-in tools"])
+
+
+class BuiltinCallIn(models.Body):
+    input: Any = Field(default_factory=dict)
+    agent_id: str | None = Field(None, max_length=128)
+    tool_call_id: str | None = Field(None, max_length=128)
+
+
+@router.get("/builtin-tools")
+def list_builtins(who: Caller, svc: Svc) -> dict[str, Any]:
+    who.require("read")
+    specs = svc.dispatcher.specs()
+    return {
+        "data": [
+            {"name": s.name, "description": s.description, "input_schema": s.input_schema}
+            for s in specs
+        ],
+        "next_cursor": None,
+    }
+
+
+@router.post("/builtin-tools/{name}/call")
+def call_builtin(name: str, body: BuiltinCallIn, who: Caller, svc: Svc) -> dict[str, Any]:
+    """Call a built-in the way a model does: same checks, allowlists and audit as tool code."""
+    who.require("invoke")
+    result = svc.dispatcher.call(
+        who.workspace_id,
+        name,
+        body.input,
+        source="llm" if body.agent_id else "api",
+        tool_call_id=body.tool_call_id,
+        agent_id=body.agent_id,
+    )
+    return {"data": result}
+
+
+@router.get("/outbox")
+def list_outbox(
+    who: Caller,
+    svc: Svc,
+    workspace_id: str | None = None,
+    cursor: str | None = None,
+    limit: int | None = None,
+) -> dict[str, Any]:
+    page = svc.outbox.page(who, workspace_id, cursor, limit)
+    return {
+        "data": [
+            {
+                "id": r["id"],
+                "workspace_id": r["workspace_id"],
+                "message_id": r["message_id"],
+                "to": r["recipients"]["to"],
+                "cc": r["recipients"]["cc"],
+                "reply_to": r["reply_to"],
+                "subject": r["subject"],
+                "body_text": r["body_text"],
+                "body_html": r["body_html"],
+                "source": r["source"],
+                "tool_call_id": r["tool_call_id"],
+                "created_at": rfc3339(r["created_at"]),
+            }
+            for r in page.items
+        ],
+        "next_cursor": page.next_cursor,
+    }
+
+
+@router.get("/files/{file_id}", include_in_schema=True)
+def get_file(file_id: str, svc: Svc, expires: str = "", sig: str = "") -> FileResponse:
+    """No token: the signed URL is the permission. Tampered or expired: 403."""
+    served = svc.files.open(file_id, expires, sig)
+    name = safe_filename(served.filename)
+    return FileResponse(
+        served.path,
+        media_type=served.mime_type,
+        headers={
+            "Content-Disposition": (
+                f"attachment; filename=\"{name}\"; filename*=UTF-8''{quote(name)}"
+            ),
+            "X-Content-Type-Options": "nosniff",
+            "Content-Security-Policy": "default-src 'none'; sandbox",
+            "Cache-Control": "private, no-store",
+        },
+    )

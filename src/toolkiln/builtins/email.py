@@ -1,0 +1,201 @@
+"""``send_email``: to the workspace outbox by default, or over SMTP when configured.
+
+Recipients (to, cc) must match the workspace's ``email_allowlist`` (an address, or a whole
+domain). Header values may not contain line breaks, so nothing can be injected into the
+message's headers; the message is built by :mod:`email.message`, which refuses them too.
+"""
+
+from __future__ import annotations
+
+import smtplib
+import ssl
+from dataclasses import dataclass
+from email.headerregistry import Address
+from email.message import EmailMessage
+from email.utils import make_msgid, parseaddr
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from toolkiln.domain.builtin import BuiltinCall, BuiltinFailure, BuiltinSpec
+from toolkiln.domain.ids import new_id, utcnow
+from toolkiln.services.ports import UnitOfWorkFactory
+
+ADDRESS = {"type": "string", "minLength": 3, "maxLength": 320}
+ADDRESSES = {"anyOf": [ADDRESS, {"type": "array", "items": ADDRESS, "minItems": 1, "maxItems": 50}]}
+
+
+@dataclass(frozen=True, slots=True)
+class SmtpConfig:
+    """From ``TOOLKILN_SMTP_URL``: ``smtp://user:pass@host:587?starttls=true&from=a@b.c``
+    (STARTTLS), ``smtps://...:465`` (TLS from the start), or plain ``smtp://host:25``."""
+
+    host: str
+    port: int
+    username: str | None
+    password: str | None
+    tls: bool
+    starttls: bool
+    sender: str
+    verify: bool = True
+
+    @classmethod
+    def from_url(cls, url: str) -> SmtpConfig:
+        parts = urlsplit(url)
+        if parts.scheme not in ("smtp", "smtps") or not parts.hostname:
+            raise ValueError(
+                "TOOLKILN_SMTP_URL must look like smtp://host:port or smtps://host:port"
+            )
+        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        tls = parts.scheme == "smtps"
+        return cls(
+            host=parts.hostname,
+            port=parts.port or (465 if tls else 25),
+            username=unquote(parts.username) if parts.username else None,
+            password=unquote(parts.password) if parts.password else None,
+            tls=tls,
+            starttls=query.get("starttls", "false").lower() == "true",
+            sender=query.get("from", "toolkiln@localhost"),
+            verify=query.get("verify", "true").lower() != "false",
+        )
+
+
+def _addresses(value: str | list[str] | None, field: str) -> list[str]:
+    if value is None:
+        return []
+    items = [value] if isinstance(value, str) else value
+    out = []
+    for item in items:
+        if any(c in item for c in "\r\n\x00"):
+            raise BuiltinFailure(
+                "invalid_input", f"{field} contains a line break", {"field": field}
+            )
+        _, addr = parseaddr(item)
+        if addr.count("@") != 1 or any(c.isspace() for c in addr) or addr.startswith("@"):
+            raise BuiltinFailure(
+                "invalid_input", f"{field}: {item!r} is not an address", {"field": field}
+            )
+        out.append(addr.lower())
+    return out
+
+
+def allowed(address: str, allowlist: list[str]) -> bool:
+    domain = address.rpartition("@")[2]
+    for entry in allowlist:
+        entry = entry.lower()
+        if "@" in entry and entry == address:
+            return True
+        if "@" not in entry and (domain == entry or domain.endswith("." + entry)):
+            return True
+    return False
+
+
+class SendEmail:
+    spec = BuiltinSpec(
+        "send_email",
+        "Send an email to recipients the workspace allows. Returns {message_id}.",
+        {
+            "type": "object",
+            "properties": {
+                "to": ADDRESSES,
+                "cc": ADDRESSES,
+                "reply_to": ADDRESS,
+                "subject": {"type": "string", "minLength": 1, "maxLength": 998},
+                "body_text": {"type": "string", "maxLength": 1_000_000},
+                "body_html": {"type": "string", "maxLength": 1_000_000},
+            },
+            "required": ["to", "subject", "body_text"],
+            "additionalProperties": False,
+        },
+    )
+
+    def __init__(self, uow: UnitOfWorkFactory, smtp: SmtpConfig | None) -> None:
+        self._uow = uow
+        self._smtp = smtp
+
+    def call(self, payload: dict[str, Any], call: BuiltinCall) -> dict[str, Any]:
+        to = _addresses(payload["to"], "to")
+        cc = _addresses(payload.get("cc"), "cc")
+        reply_to = _addresses(payload.get("reply_to"), "reply_to")
+        subject = payload["subject"]
+        if any(c in subject for c in "\r\n\x00"):
+            raise BuiltinFailure(
+                "invalid_input", "subject contains a line break", {"field": "subject"}
+            )
+        refused = [a for a in to + cc if not allowed(a, call.policy.email_allowlist)]
+        if refused:
+            raise BuiltinFailure(
+                "recipient_not_allowed",
+                "These recipients are not on the workspace's email allowlist.",
+                {"recipients": refused},
+            )
+        domain = (self._smtp.sender.rpartition("@")[2] if self._smtp else None) or "toolkiln.local"
+        message_id = make_msgid(domain=domain)
+        call.cost["recipients"] = len(to) + len(cc)
+        if self._smtp is not None:
+            self._send_smtp(payload, to, cc, reply_to, message_id)
+        else:
+            with self._uow() as tx:
+                tx.outbox.add(
+                    {
+                        "id": new_id(),
+                        "workspace_id": call.workspace_id,
+                        "message_id": message_id,
+                        "recipients": {"to": to, "cc": cc},
+                        "subject": subject,
+                        "body_text": payload["body_text"],
+                        "body_html": payload.get("body_html"),
+                        "reply_to": reply_to[0] if reply_to else None,
+                        "source": call.source,
+                        "tool_call_id": call.tool_call_id,
+                        "created_at": utcnow(),
+                    }
+                )
+        return {"message_id": message_id}
+
+    def _send_smtp(
+        self,
+        payload: dict[str, Any],
+        to: list[str],
+        cc: list[str],
+        reply_to: list[str],
+        message_id: str,
+    ) -> None:
+        cfg = self._smtp
+        assert cfg is not None
+        msg = EmailMessage()
+        try:
+            msg["From"] = Address(addr_spec=cfg.sender)
+            msg["To"] = ", ".join(to)
+            if cc:
+                msg["Cc"] = ", ".join(cc)
+            if reply_to:
+                msg["Reply-To"] = reply_to[0]
+            msg["Subject"] = payload["subject"]
+            msg["Message-ID"] = message_id
+        except ValueError as exc:
+            raise BuiltinFailure("invalid_input", f"bad header: {exc}") from None
+        msg.set_content(payload["body_text"])
+        if payload.get("body_html"):
+            msg.add_alternative(payload["body_html"], subtype="html")
+        context = ssl.create_default_context()
+        if not cfg.verify:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        try:
+            client: smtplib.SMTP
+            if cfg.tls:
+                client = smtplib.SMTP_SSL(cfg.host, cfg.port, timeout=20, context=context)
+            else:
+                client = smtplib.SMTP(cfg.host, cfg.port, timeout=20)
+            with client:
+                if cfg.starttls:
+                    client.starttls(context=context)
+                if cfg.username:
+                    client.login(cfg.username, cfg.password or "")
+                client.send_message(msg, from_addr=cfg.sender, to_addrs=to + cc)
+        except (smtplib.SMTPException, OSError) as exc:
+            raise BuiltinFailure(
+                "delivery_failed",
+                "The SMTP server did not accept the message.",
+                {"reason": str(exc)[:300]},
+            ) from None

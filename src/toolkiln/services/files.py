@@ -1,0 +1,94 @@
+"""Files surfaced by tools: stored under the data directory, served by signed, expiring URLs."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from toolkiln.domain.errors import Forbidden, NotFound
+from toolkiln.domain.ids import new_id, utcnow
+from toolkiln.services.ports import UnitOfWorkFactory
+
+MAX_FILE_BYTES = 10 * 1024 * 1024
+DEFAULT_TTL_S = 3600
+_SAFE_NAME = re.compile(r"[^A-Za-z0-9._ -]")
+
+
+@dataclass(frozen=True, slots=True)
+class ServedFile:
+    path: Path
+    filename: str
+    mime_type: str
+
+
+class FileService:
+    def __init__(self, uow: UnitOfWorkFactory, root: Path, key: bytes, base_url: str = "") -> None:
+        self._uow = uow
+        self._root = root
+        self._key = key
+        self._base_url = base_url.rstrip("/")
+
+    def _sig(self, file_id: str, expires: int) -> str:
+        return hmac.new(self._key, f"{file_id}.{expires}".encode(), hashlib.sha256).hexdigest()
+
+    def store(
+        self,
+        workspace_id: str,
+        filename: str,
+        content: bytes,
+        mime_type: str,
+        ttl_s: int = DEFAULT_TTL_S,
+    ) -> dict[str, Any]:
+        file_id = new_id()
+        folder = self._root / workspace_id
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / file_id).write_bytes(content)
+        now = utcnow()
+        expires_at = now + timedelta(seconds=ttl_s)
+        with self._uow() as tx:
+            tx.files.add(
+                {
+                    "id": file_id,
+                    "workspace_id": workspace_id,
+                    "filename": filename,
+                    "mime_type": mime_type,
+                    "size": len(content),
+                    "sha256": hashlib.sha256(content).hexdigest(),
+                    "created_at": now,
+                    "expires_at": expires_at,
+                }
+            )
+        expires = int(expires_at.timestamp())
+        sig = self._sig(file_id, expires)
+        url = f"{self._base_url}/v1/files/{file_id}?expires={expires}&sig={sig}"
+        return {"file_id": file_id, "url": url, "expires_at": expires_at}
+
+    def open(self, file_id: str, expires: str, sig: str) -> ServedFile:
+        """A tampered, expired or unknown link is refused with Forbidden (403)."""
+        try:
+            when = int(expires)
+        except ValueError:
+            raise Forbidden("The link is not valid.") from None
+        if not hmac.compare_digest(self._sig(file_id, when), sig) or when < time.time():
+            raise Forbidden("The link is not valid or has expired.")
+        with self._uow(readonly=True) as tx:
+            record = tx.files.get(file_id)
+        if record is None or record["expires_at"] < datetime.now(UTC):
+            raise NotFound("No such file.")
+        path = self._root / record["workspace_id"] / file_id
+        if not path.is_file():
+            raise NotFound("No such file.")
+        return ServedFile(path, record["filename"], record["mime_type"])
+
+
+def safe_filename(name: str) -> str:
+    """A filename fit for a Content-Disposition header and a download folder."""
+    base = name.replace("\\", "/").rsplit("/", 1)[-1]
+    cleaned = _SAFE_NAME.sub("_", base).strip(" .")
+    return cleaned[:120] or "file"
