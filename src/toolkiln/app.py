@@ -19,6 +19,7 @@ from toolkiln.config import Settings
 from toolkiln.sandbox.packages import PackageStore
 from toolkiln.sandbox.runner import Limits, PythonSandbox
 from toolkiln.services.access import AccessService
+from toolkiln.services.agents import AgentService
 from toolkiln.services.audit import AuditService
 from toolkiln.services.container import Services
 from toolkiln.services.dispatch import Dispatcher
@@ -79,6 +80,7 @@ def build(settings: Settings, *, migrate: bool = True, sandbox: bool = True) -> 
         dispatcher=dispatcher,
         files=files,
         outbox=OutboxService(uow),
+        agents=AgentService(uow, invoke, dispatcher),
     )
     return Runtime(settings, database, services, sandboxes)
 

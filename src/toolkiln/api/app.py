@@ -13,7 +13,7 @@ import toolkiln
 from toolkiln.api import errors
 from toolkiln.api.middleware import BodyLimit, Metrics
 from toolkiln.api.models import ErrorEnvelope
-from toolkiln.api.routes import access, audit, builtins, invoke, system, tools
+from toolkiln.api.routes import access, agents, audit, builtins, invoke, system, tools
 from toolkiln.domain.limits import MAX_BODY_BYTES
 from toolkiln.services.container import Services
 
@@ -46,7 +46,7 @@ def create_app(
     app.state.registry = CollectorRegistry()
     errors.install(app)
     # invoke before tools: its fixed paths (/runtimes, /test) must win over /{tool_id}.
-    for module in (system, access, invoke, tools, audit, builtins):
+    for module in (system, access, invoke, tools, audit, builtins, agents):
         app.include_router(module.router)
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
     app.add_middleware(Metrics, registry=app.state.registry)

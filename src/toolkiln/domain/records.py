@@ -143,3 +143,11 @@ class CallRecord:
     result: dict[str, Any]
     agent_id: str | None
     created_at: datetime
+
+
+@dataclass(slots=True)
+class Agent:
+    id: str
+    workspace_id: str
+    name: str
+    created_at: datetime

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from toolkiln.services.access import AccessService
+from toolkiln.services.agents import AgentService
 from toolkiln.services.audit import AuditService
 from toolkiln.services.dispatch import Dispatcher
 from toolkiln.services.files import FileService
@@ -24,3 +25,4 @@ class Services:
     dispatcher: Dispatcher
     files: FileService
     outbox: OutboxService
+    agents: AgentService

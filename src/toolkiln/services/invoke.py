@@ -120,11 +120,17 @@ class InvokeService:
 
     def invoke(self, principal: Principal, tool_id: str, payload: Any, who: CallContext) -> Result:
         principal.require("invoke")
-        call_id = self._call_id(who.tool_call_id)
         with self._uow(readonly=True) as tx:
             tool = tx.tools.get(tool_id)
-            if tool is None or not principal.can_see(tool.workspace_id):
-                raise NotFound("No custom tool with that id.")
+        if tool is None or not principal.can_see(tool.workspace_id):
+            raise NotFound("No custom tool with that id.")
+        return self.invoke_tool(tool, payload, who)
+
+    def invoke_tool(self, tool: Tool, payload: Any, who: CallContext) -> Result:
+        """Invoke a tool the caller has already been allowed to reach (possibly a pinned
+        version of it: the counters are the tool's, the code and schema the version's)."""
+        call_id = self._call_id(who.tool_call_id)
+        with self._uow(readonly=True) as tx:
             if tx.calls.exists(call_id):
                 raise _duplicate()
         budget = _Budget(time.monotonic() + tool.timeout_ms / 1000)

@@ -11,6 +11,7 @@ from sqlalchemy.engine import Connection, RowMapping
 from toolkiln.domain.errors import Conflict
 from toolkiln.domain.ids import utcnow
 from toolkiln.domain.records import (
+    Agent,
     AuditFilter,
     AuditRow,
     CallRecord,
@@ -21,6 +22,8 @@ from toolkiln.domain.records import (
 )
 from toolkiln.domain.tools import AUTO_DISABLE_AFTER, AUTO_DISABLE_REASON, Tool, ToolVersion
 from toolkiln.storage.tables import (
+    agent_tools,
+    agents,
     audit,
     files,
     outbox,
@@ -166,6 +169,19 @@ class SqlTools:
         q = tools.select().where(tools.c.workspace_id == workspace_id, tools.c.name == name)
         row = self._c.execute(q).mappings().first()
         return self._row(row) if row else None
+
+    def offered(self, workspace_id: str, tool_ids: list[str]) -> list[Tool]:
+        """Active tools of the workspace that are global or among ``tool_ids``, by name."""
+        q = (
+            tools.select()
+            .where(
+                tools.c.workspace_id == workspace_id,
+                tools.c.status == "active",
+                sa.or_(tools.c.enable_globally.is_(True), tools.c.id.in_(tool_ids)),
+            )
+            .order_by(tools.c.name, tools.c.id)
+        )
+        return [self._row(r) for r in self._c.execute(q).mappings()]
 
     def name_taken(self, workspace_id: str, name: str, except_id: str | None = None) -> bool:
         q = sa.select(tools.c.id).where(tools.c.workspace_id == workspace_id, tools.c.name == name)
@@ -406,6 +422,58 @@ class SqlFiles:
         return row
 
 
+class SqlAgents:
+    def __init__(self, conn: Connection) -> None:
+        self._c = conn
+
+    @staticmethod
+    def _row(r: RowMapping) -> Agent:
+        return Agent(r["id"], r["workspace_id"], r["name"], _utc(r["created_at"]) or utcnow())
+
+    def add(self, agent: Agent) -> None:
+        self._c.execute(
+            agents.insert().values(
+                id=agent.id,
+                workspace_id=agent.workspace_id,
+                name=agent.name,
+                created_at=agent.created_at,
+            )
+        )
+
+    def get(self, agent_id: str) -> Agent | None:
+        row = self._c.execute(agents.select().where(agents.c.id == agent_id)).mappings().first()
+        return self._row(row) if row else None
+
+    def all(self, workspace_id: str | None) -> list[Agent]:
+        q = agents.select().order_by(agents.c.seq)
+        if workspace_id is not None:
+            q = q.where(agents.c.workspace_id == workspace_id)
+        return [self._row(r) for r in self._c.execute(q).mappings()]
+
+    def delete(self, agent_id: str) -> None:
+        self._c.execute(agent_tools.delete().where(agent_tools.c.agent_id == agent_id))
+        self._c.execute(agents.delete().where(agents.c.id == agent_id))
+
+    def enable(self, agent_id: str, tool_id: str, version: int | None) -> None:
+        where = (agent_tools.c.agent_id == agent_id) & (agent_tools.c.tool_id == tool_id)
+        self._c.execute(agent_tools.delete().where(where))
+        self._c.execute(
+            agent_tools.insert().values(
+                agent_id=agent_id, tool_id=tool_id, version=version, created_at=utcnow()
+            )
+        )
+
+    def disable(self, agent_id: str, tool_id: str) -> bool:
+        where = (agent_tools.c.agent_id == agent_id) & (agent_tools.c.tool_id == tool_id)
+        return bool(self._c.execute(agent_tools.delete().where(where)).rowcount)
+
+    def enabled(self, agent_id: str) -> dict[str, int | None]:
+        q = sa.select(agent_tools.c.tool_id, agent_tools.c.version).where(
+            agent_tools.c.agent_id == agent_id
+        )
+        return {r[0]: r[1] for r in self._c.execute(q)}
+
+
 class SqlUnitOfWork:
     """The repositories of one transaction."""
 
@@ -417,3 +485,4 @@ class SqlUnitOfWork:
         self.calls = SqlCalls(conn)
         self.outbox = SqlOutbox(conn)
         self.files = SqlFiles(conn)
+        self.agents = SqlAgents(conn)

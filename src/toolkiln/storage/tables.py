@@ -132,3 +132,22 @@ files = sa.Table(
     sa.Column("created_at", Moment, nullable=False),
     sa.Column("expires_at", Moment, nullable=False),
 )
+
+agents = sa.Table(
+    "agents",
+    metadata,
+    sa.Column("seq", sa.Integer, sa.Identity(), primary_key=True),
+    sa.Column("id", sa.String(32), nullable=False, unique=True),
+    sa.Column("workspace_id", sa.String(32), sa.ForeignKey("workspaces.id"), nullable=False),
+    sa.Column("name", sa.String(200), nullable=False),
+    sa.Column("created_at", Moment, nullable=False),
+)
+
+agent_tools = sa.Table(
+    "agent_tools",
+    metadata,
+    sa.Column("agent_id", sa.String(32), primary_key=True),
+    sa.Column("tool_id", sa.String(32), primary_key=True),
+    sa.Column("version", sa.Integer),  # null: follow the tool's current version
+    sa.Column("created_at", Moment, nullable=False),
+)

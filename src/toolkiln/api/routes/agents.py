@@ -1,0 +1,99 @@
+"""Agents, their tools in provider formats, and the one dispatch call (CONTRACT section 7)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from fastapi import APIRouter, Response
+from pydantic import Field
+
+from toolkiln.api import models
+from toolkiln.api.deps import Caller, Svc
+from toolkiln.domain.ids import rfc3339
+from toolkiln.domain.records import Agent
+from toolkiln.services.invoke import CallContext
+
+router = APIRouter(prefix="/v1/agents", tags=["agents"])
+
+
+class AgentIn(models.Body):
+    workspace_id: str
+    name: str = Field(min_length=1, max_length=200)
+
+
+class EnableIn(models.Body):
+    version: int | None = Field(None, ge=1)
+
+
+class ToolCallIn(models.Body):
+    name: str = Field(min_length=1, max_length=128)
+    arguments: Any = Field(default_factory=dict)
+    tool_call_id: str | None = Field(None, max_length=128)
+    conversation_id: str | None = Field(None, max_length=128)
+    power_user_id: str | None = Field(None, max_length=128)
+
+
+def _agent(a: Agent) -> dict[str, Any]:
+    return {
+        "id": a.id,
+        "workspace_id": a.workspace_id,
+        "name": a.name,
+        "created_at": rfc3339(a.created_at),
+    }
+
+
+@router.post("", status_code=201)
+def create_agent(body: AgentIn, who: Caller, svc: Svc) -> dict[str, Any]:
+    return {"data": _agent(svc.agents.create(who, body.workspace_id, body.name))}
+
+
+@router.get("")
+def list_agents(who: Caller, svc: Svc, workspace_id: str | None = None) -> dict[str, Any]:
+    return {"data": [_agent(a) for a in svc.agents.all(who, workspace_id)], "next_cursor": None}
+
+
+@router.get("/{agent_id}")
+def get_agent(agent_id: str, who: Caller, svc: Svc) -> dict[str, Any]:
+    return {"data": _agent(svc.agents.get(who, agent_id))}
+
+
+@router.delete("/{agent_id}", status_code=204)
+def delete_agent(agent_id: str, who: Caller, svc: Svc) -> Response:
+    svc.agents.delete(who, agent_id)
+    return Response(status_code=204)
+
+
+@router.put("/{agent_id}/custom-tools/{tool_id}")
+def enable_tool(
+    agent_id: str, tool_id: str, who: Caller, svc: Svc, body: EnableIn | None = None
+) -> dict[str, Any]:
+    version = body.version if body else None
+    return {"data": svc.agents.enable_tool(who, agent_id, tool_id, version)}
+
+
+@router.delete("/{agent_id}/custom-tools/{tool_id}", status_code=204)
+def disable_tool(agent_id: str, tool_id: str, who: Caller, svc: Svc) -> Response:
+    svc.agents.disable_tool(who, agent_id, tool_id)
+    return Response(status_code=204)
+
+
+@router.get("/{agent_id}/tools")
+def agent_tools(
+    agent_id: str,
+    who: Caller,
+    svc: Svc,
+    format: Literal["openai", "anthropic", "mcp"] = "openai",
+    strict: bool = False,
+) -> dict[str, Any]:
+    return {"data": svc.agents.tool_list(who, agent_id, format, strict), "next_cursor": None}
+
+
+@router.post("/{agent_id}/tool-calls", response_model=models.One[models.Result])
+def tool_call(agent_id: str, body: ToolCallIn, who: Caller, svc: Svc) -> dict[str, Any]:
+    context = CallContext(
+        tool_call_id=body.tool_call_id,
+        conversation_id=body.conversation_id,
+        power_user_id=body.power_user_id,
+    )
+    result = svc.agents.dispatch(who, agent_id, body.name, body.arguments, context)
+    return {"data": result.as_dict()}

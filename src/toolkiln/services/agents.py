@@ -1,0 +1,241 @@
+"""Agents: which tools each one sees, in OpenAI/Anthropic/MCP form, and the one dispatch call."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from toolkiln.domain.auth import Principal
+from toolkiln.domain.errors import InvalidRequest, NotFound
+from toolkiln.domain.formats import FORMATS, ToolDef, render
+from toolkiln.domain.ids import new_id, utcnow
+from toolkiln.domain.records import Agent, AuditRow, check_label
+from toolkiln.domain.results import Result, error, refused
+from toolkiln.domain.tools import Tool
+from toolkiln.services.dispatch import Dispatcher
+from toolkiln.services.invoke import CallContext, InvokeService
+from toolkiln.services.ports import UnitOfWork, UnitOfWorkFactory
+
+CUSTOM_PREFIX = "custom_"
+
+
+class AgentService:
+    def __init__(
+        self, uow: UnitOfWorkFactory, invoke: InvokeService, dispatcher: Dispatcher
+    ) -> None:
+        self._uow = uow
+        self._invoke = invoke
+        self._dispatcher = dispatcher
+
+    # -- agents
+
+    def create(self, principal: Principal, workspace_id: str, name: str) -> Agent:
+        principal.require("write")
+        principal.require_workspace(workspace_id)
+        problems = check_label("name", name)
+        if problems:
+            raise InvalidRequest("The agent name is not valid.", problems)
+        agent = Agent(new_id(), workspace_id, name, utcnow())
+        with self._uow() as tx:
+            if tx.workspaces.get(workspace_id) is None:
+                raise NotFound("No workspace with that id.")
+            tx.agents.add(agent)
+            tx.audit.add(
+                AuditRow(workspace_id, "agent.created", agent_id=agent.id, data={"name": name})
+            )
+        return agent
+
+    def all(self, principal: Principal, workspace_id: str | None) -> list[Agent]:
+        principal.require("read")
+        if workspace_id is not None:
+            principal.require_workspace(workspace_id)
+        elif not principal.is_admin:
+            workspace_id = principal.workspace_id
+        with self._uow(readonly=True) as tx:
+            return tx.agents.all(workspace_id)
+
+    def get(self, principal: Principal, agent_id: str) -> Agent:
+        principal.require("read")
+        with self._uow(readonly=True) as tx:
+            return self._visible(tx, principal, agent_id)
+
+    def delete(self, principal: Principal, agent_id: str) -> None:
+        principal.require("write")
+        with self._uow() as tx:
+            agent = self._visible(tx, principal, agent_id)
+            tx.agents.delete(agent.id)
+            tx.audit.add(AuditRow(agent.workspace_id, "agent.deleted", agent_id=agent.id))
+
+    def enable_tool(
+        self, principal: Principal, agent_id: str, tool_id: str, version: int | None
+    ) -> dict[str, Any]:
+        principal.require("write")
+        with self._uow() as tx:
+            agent = self._visible(tx, principal, agent_id)
+            tool = tx.tools.get(tool_id)
+            if tool is None or tool.workspace_id != agent.workspace_id:
+                raise NotFound("No custom tool with that id in the agent's workspace.")
+            if version is not None and tx.tools.version(tool_id, version) is None:
+                raise InvalidRequest(
+                    "That version of the tool does not exist.",
+                    [{"field": "version", "message": f"versions are 1 to {tool.version}"}],
+                )
+            tx.agents.enable(agent.id, tool.id, version)
+            tx.audit.add(
+                AuditRow(
+                    agent.workspace_id,
+                    "agent.tool_enabled",
+                    tool_id=tool.id,
+                    agent_id=agent.id,
+                    data={"version": version},
+                )
+            )
+        return {"agent_id": agent.id, "tool_id": tool.id, "version": version}
+
+    def disable_tool(self, principal: Principal, agent_id: str, tool_id: str) -> None:
+        principal.require("write")
+        with self._uow() as tx:
+            agent = self._visible(tx, principal, agent_id)
+            if not tx.agents.disable(agent.id, tool_id):
+                raise NotFound("That tool is not enabled for this agent.")
+            tx.audit.add(
+                AuditRow(
+                    agent.workspace_id, "agent.tool_disabled", tool_id=tool_id, agent_id=agent.id
+                )
+            )
+
+    # -- what an agent sees
+
+    def tool_defs(self, principal: Principal, agent_id: str) -> tuple[Agent, list[ToolDef]]:
+        """Built-ins the workspace allows (by name), then active custom tools that are global
+        or enabled for this agent (as custom_{id}, at their pinned version if any)."""
+        principal.require("read")
+        with self._uow(readonly=True) as tx:
+            agent = self._visible(tx, principal, agent_id)
+            allowed = set(tx.workspaces.policy(agent.workspace_id).builtins)
+            enabled = tx.agents.enabled(agent.id)
+            tools = tx.tools.offered(agent.workspace_id, list(enabled))
+            pinned = {
+                t.id: tx.tools.version(t.id, v)
+                for t in tools
+                if (v := enabled.get(t.id)) is not None
+            }
+        defs = [
+            ToolDef(s.name, s.description, s.input_schema, "builtin")
+            for s in self._dispatcher.specs()
+            if s.name in allowed
+        ]
+        for tool in tools:
+            version = pinned.get(tool.id)
+            schema = version.input_schema if version else tool.input_schema
+            description = (version.description if version else tool.description) or tool.name
+            defs.append(
+                ToolDef(
+                    f"{CUSTOM_PREFIX}{tool.id}",
+                    description,
+                    schema,
+                    "custom",
+                    tool.id,
+                    version.version if version else tool.version,
+                )
+            )
+        return agent, defs
+
+    def tool_list(
+        self, principal: Principal, agent_id: str, fmt: str, strict: bool = False
+    ) -> list[dict[str, Any]]:
+        if fmt not in FORMATS:
+            raise InvalidRequest(
+                f"format must be one of {', '.join(FORMATS)}.",
+                [{"field": "format", "message": f"one of {', '.join(FORMATS)}"}],
+            )
+        _, defs = self.tool_defs(principal, agent_id)
+        return render(defs, fmt, strict)
+
+    def status_line(self, principal: Principal, agent_id: str, name: str) -> str | None:
+        """The tool's execution_message_description, for progress while it runs."""
+        if not name.startswith(CUSTOM_PREFIX):
+            return None
+        with self._uow(readonly=True) as tx:
+            tool = tx.tools.get(name.removeprefix(CUSTOM_PREFIX))
+        return tool.execution_message_description if tool else None
+
+    # -- the one dispatch call
+
+    def dispatch(
+        self, principal: Principal, agent_id: str, name: str, arguments: Any, who: CallContext
+    ) -> Result:
+        principal.require("invoke")
+        agent, defs = self.tool_defs(principal, agent_id)
+        who = dataclasses.replace(who, agent_id=agent.id, agent_name=agent.name, source="llm")
+        found = next((d for d in defs if d.name == name), None)
+        call_id = who.tool_call_id or new_id()
+        if found is None:
+            available = [d.name for d in defs]
+            code = "tool_not_enabled" if name.startswith(CUSTOM_PREFIX) else "unknown_tool"
+            message = (
+                f"No tool named {name!r} is available to this agent. "
+                f"Available: {', '.join(available)}."
+            )
+            return refused(call_id, None, None, error(code, message, {"available": available}))
+        if found.kind == "builtin":
+            return self._builtin(agent, found.name, arguments, call_id, who)
+        with self._uow(readonly=True) as tx:
+            tool = tx.tools.get(str(found.tool_id))
+            version = tx.tools.version(tool.id, found.version) if tool and found.version else None
+        if tool is None:
+            return refused(call_id, None, None, error("unknown_tool", f"{name} no longer exists."))
+        if version is not None and version.version != tool.version:
+            tool = _at_version(
+                tool, version.code, version.input_schema, version.timeout_ms, version
+            )
+        return self._invoke.invoke_tool(
+            tool, arguments, dataclasses.replace(who, tool_call_id=call_id)
+        )
+
+    def _builtin(
+        self, agent: Agent, name: str, arguments: Any, call_id: str, who: CallContext
+    ) -> Result:
+        value = self._dispatcher.call(
+            agent.workspace_id,
+            name,
+            arguments,
+            source="llm",
+            tool_call_id=call_id,
+            agent_id=agent.id,
+        )
+        if isinstance(value, dict) and "error" in value and "status" not in value:
+            message = f"{name} failed: {value['error']}"
+            return refused(
+                call_id, None, None, error(str(value["error"]), message, value.get("details"))
+            )
+        if (
+            isinstance(value, dict)
+            and value.get("status") in ("ok", "error")
+            and "tool_call_id" in value
+        ):
+            return Result(**{k: value[k] for k in Result.__dataclass_fields__ if k in value})
+        text = json.dumps(value, ensure_ascii=False)
+        return Result(call_id, None, None, "ok", message=text, raw_data=value, llm=text)
+
+    @staticmethod
+    def _visible(tx: UnitOfWork, principal: Principal, agent_id: str) -> Agent:
+        agent = tx.agents.get(agent_id)
+        if agent is None or not principal.can_see(agent.workspace_id):
+            raise NotFound("No agent with that id.")
+        return agent
+
+
+def _at_version(
+    tool: Tool, code: str, schema: dict[str, Any], timeout_ms: int, version: Any
+) -> Tool:
+    return dataclasses.replace(
+        tool,
+        code=code,
+        input_schema=schema,
+        timeout_ms=timeout_ms,
+        language=version.language,
+        description=version.description,
+        version=version.version,
+    )

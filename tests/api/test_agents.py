@@ -1,0 +1,262 @@
+"""Agents: enablement, pinning, tool lists in three formats, and the one dispatch call."""
+
+from __future__ import annotations
+
+import re
+
+from fastapi.testclient import TestClient
+from jsonschema import Draft202012Validator
+
+from tests.conftest import Space, seed_tool
+
+NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+RICH_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string", "description": "City name"},
+        "units": {"type": "string", "enum": ["metric", "imperial"]},
+        "days": {"type": "integer"},
+        "filters": {
+            "type": "object",
+            "properties": {
+                "rain": {"type": "boolean"},
+                "tags": {"type": "array", "items": {"type": "string"}},
+            },
+            "required": ["rain"],
+        },
+    },
+    "required": ["city"],
+}
+
+
+def agent(client: TestClient, space: Space, rw, name: str = "helper") -> dict:
+    r = client.post("/v1/agents", json={"workspace_id": space.id, "name": name}, headers=rw)
+    assert r.status_code == 201, r.text
+    return r.json()["data"]
+
+
+def tool(client: TestClient, space: Space, rw, **over) -> dict:
+    r = client.post("/v1/custom-tools", json=seed_tool(space, **over), headers=rw)
+    assert r.status_code == 201, r.text
+    return r.json()["data"]
+
+
+def names(client: TestClient, a: dict, rw, fmt: str = "anthropic") -> list[str]:
+    r = client.get(f"/v1/agents/{a['id']}/tools", params={"format": fmt}, headers=rw)
+    assert r.status_code == 200, r.text
+    data = r.json()["data"]
+    return [d["function"]["name"] if fmt == "openai" else d["name"] for d in data]
+
+
+def call(client: TestClient, a: dict, rw, name: str, arguments: dict) -> dict:
+    r = client.post(
+        f"/v1/agents/{a['id']}/tool-calls", json={"name": name, "arguments": arguments}, headers=rw
+    )
+    assert r.status_code == 200, r.text
+    return r.json()["data"]
+
+
+def test_lists_follow_enablement_and_status(client: TestClient, space: Space, rw) -> None:
+    a, b = agent(client, space, rw, "a"), agent(client, space, rw, "b")
+    mine = tool(client, space, rw, name="mine")
+    shared = tool(client, space, rw, name="shared", enable_globally=True)
+    builtins = ["calculate", "run_code", "send_email", "surface_file", "web_search"]
+    assert names(client, a, rw) == [*builtins, f"custom_{mine['id']}"][:5] + [
+        f"custom_{shared['id']}"
+    ]
+    assert (
+        client.put(f"/v1/agents/{a['id']}/custom-tools/{mine['id']}", headers=rw).status_code == 200
+    )
+    assert names(client, a, rw) == [*builtins, f"custom_{mine['id']}", f"custom_{shared['id']}"]
+    assert names(client, b, rw) == [*builtins, f"custom_{shared['id']}"]
+    client.post(f"/v1/custom-tools/{shared['id']}/disable", headers=rw)
+    assert f"custom_{shared['id']}" not in names(client, b, rw)
+    client.post(f"/v1/custom-tools/{shared['id']}/enable", headers=rw)
+    assert f"custom_{shared['id']}" in names(client, b, rw)
+    client.patch(
+        f"/v1/workspaces/{space.id}/policy",
+        json={"builtins": ["calculate"]},
+        headers=space.auth("admin"),
+    )
+    assert names(client, b, rw) == ["calculate", f"custom_{shared['id']}"]
+    assert names(client, a, rw, "mcp") == names(client, a, rw, "openai") == names(client, a, rw)
+    assert (
+        client.delete(f"/v1/agents/{a['id']}/custom-tools/{mine['id']}", headers=rw).status_code
+        == 204
+    )
+    assert f"custom_{mine['id']}" not in names(client, a, rw)
+
+
+def test_every_format_is_valid_for_its_provider(client: TestClient, space: Space, rw) -> None:
+    a = agent(client, space, rw)
+    tool(
+        client,
+        space,
+        rw,
+        name="weather",
+        parameters=None,
+        input_schema=RICH_SCHEMA,
+        enable_globally=True,
+    )
+    for fmt in ("openai", "anthropic", "mcp"):
+        data = client.get(f"/v1/agents/{a['id']}/tools", params={"format": fmt}, headers=rw).json()[
+            "data"
+        ]
+        for entry in data:
+            spec = entry["function"] if fmt == "openai" else entry
+            schema = spec[
+                "parameters"
+                if fmt == "openai"
+                else "input_schema"
+                if fmt == "anthropic"
+                else "inputSchema"
+            ]
+            assert NAME.match(spec["name"]) and spec["description"]
+            assert schema["type"] == "object"
+            Draft202012Validator.check_schema(schema)
+            if fmt == "openai":
+                assert entry["type"] == "function"
+    strict = client.get(
+        f"/v1/agents/{a['id']}/tools", params={"format": "openai", "strict": "true"}, headers=rw
+    ).json()["data"]
+    weather = next(
+        e["function"]
+        for e in strict
+        if e["function"]["description"] == "Look up the fulfillment status of an order by id."
+    )
+    assert weather["strict"] is True
+    params = weather["parameters"]
+
+    def check_strict(node: dict) -> None:
+        if "anyOf" in node:
+            for n in node["anyOf"]:
+                check_strict(n)
+        if node.get("type") == "object" or "properties" in node:
+            assert node["additionalProperties"] is False
+            assert sorted(node["required"]) == sorted(node["properties"])
+            for sub in node["properties"].values():
+                check_strict(sub)
+        if "items" in node:
+            check_strict(node["items"])
+
+    check_strict(params)
+    assert params["properties"]["city"]["type"] == "string"
+    assert params["properties"]["days"]["type"] == ["integer", "null"]
+    assert params["properties"]["units"] == {
+        "anyOf": [{"type": "string", "enum": ["metric", "imperial"]}, {"type": "null"}]
+    }
+    assert params["properties"]["filters"]["properties"]["tags"]["type"] == ["array", "null"]
+    v = Draft202012Validator(params)
+    assert v.is_valid({"city": "Oslo", "units": None, "days": None, "filters": None})
+    assert not v.is_valid({"city": "Oslo"})
+    lax = tool(
+        client,
+        space,
+        rw,
+        name="lax",
+        parameters=None,
+        enable_globally=True,
+        input_schema={"type": "object", "properties": {"q": {"type": "string", "minLength": 2}}},
+    )
+    listed = client.get(
+        f"/v1/agents/{a['id']}/tools", params={"format": "openai", "strict": "true"}, headers=rw
+    ).json()["data"]
+    entry = next(e["function"] for e in listed if e["function"]["name"] == f"custom_{lax['id']}")
+    assert entry["strict"] is False and entry["parameters"]["properties"]["q"]["minLength"] == 2
+
+
+def test_dispatch_custom_builtin_unknown_and_pinned(client: TestClient, space: Space, rw) -> None:
+    a = agent(client, space, rw)
+    t = tool(
+        client,
+        space,
+        rw,
+        name="versioned",
+        parameters=None,
+        input_schema={"type": "object"},
+        code="def main(**p):\n    return {'message': 'v1'}",
+    )
+    client.put(f"/v1/agents/{a['id']}/custom-tools/{t['id']}", json={"version": 1}, headers=rw)
+    client.patch(
+        f"/v1/custom-tools/{t['id']}",
+        json={"code": "def main(**p):\n    return {'message': 'v2'}"},
+        headers=rw,
+    )
+    res = call(client, a, rw, f"custom_{t['id']}", {})
+    assert res["status"] == "ok" and res["message"] == "v1" and res["version"] == 1
+    invoked = client.post(
+        f"/v1/custom-tools/{t['id']}/invoke", json={"input": {}}, headers=rw
+    ).json()["data"]
+    assert invoked["message"] == "v2"
+    client.put(f"/v1/agents/{a['id']}/custom-tools/{t['id']}", headers=rw)
+    assert call(client, a, rw, f"custom_{t['id']}", {})["message"] == "v2"
+    assert client.get(f"/v1/custom-tools/{t['id']}", headers=rw).json()["data"]["usage_count"] == 3
+    calc = call(client, a, rw, "calculate", {"expression": "6*7"})
+    assert (
+        calc["status"] == "ok"
+        and calc["raw_data"] == {"result": 42}
+        and calc["llm"] == '{"result": 42}'
+    )
+    bad = call(client, a, rw, "calculate", {"nope": 1})
+    assert bad["status"] == "error" and bad["error"]["code"] == "invalid_input"
+    unknown = call(client, a, rw, "delete_everything", {})
+    assert unknown["error"]["code"] == "unknown_tool" and "calculate" in unknown["error"]["message"]
+    other = tool(client, space, rw, name="not-enabled")
+    assert call(client, a, rw, f"custom_{other['id']}", {})["error"]["code"] == "tool_not_enabled"
+    assert (
+        client.put(
+            f"/v1/agents/{a['id']}/custom-tools/{t['id']}", json={"version": 9}, headers=rw
+        ).status_code
+        == 422
+    )
+    rows = client.get(
+        "/v1/audit", params={"agent_id": a["id"], "event": "tool.invoked"}, headers=rw
+    ).json()["data"]
+    assert rows and all(r["source"] == "llm" for r in rows)
+
+
+def test_auto_disable_shows_in_lists_and_dispatch(client: TestClient, space: Space, rw) -> None:
+    a = agent(client, space, rw)
+    t = tool(
+        client,
+        space,
+        rw,
+        name="broken",
+        enable_globally=True,
+        parameters=None,
+        input_schema={"type": "object"},
+        code="def main(**p):\n    raise ValueError('x')\n    return {}",
+    )
+    for _ in range(3):
+        assert call(client, a, rw, f"custom_{t['id']}", {})["error"]["code"] == "runtime_error"
+    assert f"custom_{t['id']}" not in names(client, a, rw)
+    assert call(client, a, rw, f"custom_{t['id']}", {})["error"]["code"] == "tool_not_enabled"
+
+
+def test_agents_respect_workspaces_and_scopes(
+    client: TestClient, space: Space, other_space: Space, rw
+) -> None:
+    a = agent(client, space, rw)
+    other = other_space.auth("read", "write", "invoke")
+    assert client.get(f"/v1/agents/{a['id']}", headers=other).status_code == 404
+    assert client.get(f"/v1/agents/{a['id']}/tools", headers=other).status_code == 404
+    assert (
+        client.post(
+            f"/v1/agents/{a['id']}/tool-calls",
+            json={"name": "calculate"},
+            headers=space.auth("read"),
+        ).status_code
+        == 403
+    )
+    assert (
+        client.get(f"/v1/agents/{a['id']}/tools", params={"format": "xml"}, headers=rw).status_code
+        == 422
+    )
+    foreign = tool(client, other_space, other, name="foreign")
+    assert (
+        client.put(f"/v1/agents/{a['id']}/custom-tools/{foreign['id']}", headers=rw).status_code
+        == 404
+    )
+    assert client.delete(f"/v1/agents/{a['id']}", headers=rw).status_code == 204
+    assert client.get(f"/v1/agents/{a['id']}", headers=rw).status_code == 404
