@@ -16,6 +16,7 @@ from toolkiln.builtins.files import SurfaceFile
 from toolkiln.builtins.run_code import RunCode
 from toolkiln.builtins.search import WebSearch, make_provider
 from toolkiln.config import Settings
+from toolkiln.mcp_server.http import McpHttp
 from toolkiln.sandbox.packages import PackageStore
 from toolkiln.sandbox.runner import Limits, PythonSandbox
 from toolkiln.services.access import AccessService
@@ -104,17 +105,24 @@ def _builtins(
     }
 
 
-def build_app(runtime: Runtime) -> FastAPI:
+def build_app(runtime: Runtime, *, close_on_exit: bool = True) -> FastAPI:
+    """The HTTP app with MCP mounted at /mcp; the MCP session manager runs in its lifespan."""
+    mcp = McpHttp(runtime.services)
+
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         try:
-            yield
+            async with mcp.lifespan():
+                yield
         finally:
-            runtime.close()
+            if close_on_exit:
+                runtime.close()
 
     token = runtime.settings.metrics_token
-    return create_app(
+    app = create_app(
         runtime.services,
         metrics_token=token.get_secret_value() if token else None,
         lifespan=lifespan,
     )
+    app.mount("/mcp", mcp)
+    return app

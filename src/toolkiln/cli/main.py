@@ -29,6 +29,9 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("migrate", help="apply database migrations and exit")
 
+    mcp = sub.add_parser("mcp", help="serve an agent's tools over MCP on stdio")
+    mcp.add_argument("--agent", required=True, help="agent id")
+
     ws = sub.add_parser("workspace", help="manage workspaces").add_subparsers(
         dest="action", required=True
     )
@@ -82,11 +85,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = _parser().parse_args(argv)
     settings = Settings()
-    runtime = build(settings, sandbox=args.command == "serve")
+    runtime = build(settings, sandbox=args.command in ("serve", "mcp"))
     access = runtime.services.access
     try:
         if args.command == "serve":
             _serve(runtime, args.host, args.port)
+        elif args.command == "mcp":
+            from toolkiln.mcp_server.stdio import serve_stdio
+
+            serve_stdio(runtime.services, args.agent)
         elif args.command == "migrate":
             print("database is at the newest migration")
         elif args.command == "workspace" and args.action == "create":

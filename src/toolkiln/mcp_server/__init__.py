@@ -1,0 +1,1 @@
+"""MCP transport over the same services: streamable HTTP per agent and stdio."""

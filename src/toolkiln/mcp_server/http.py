@@ -1,0 +1,81 @@
+"""``/mcp/agents/{agent_id}``: streamable HTTP, bearer auth, run in the service's lifespan."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+from mcp.server.context import ServerRequestContext
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.types import Receive, Scope, Send
+
+from toolkiln.domain.auth import Principal
+from toolkiln.domain.errors import Forbidden, NotFound, ToolkilnError, Unauthenticated
+from toolkiln.mcp_server.server import make_server
+from toolkiln.services.container import Services
+
+PREFIX = "/agents/"
+STATUS = {Unauthenticated: 401, Forbidden: 403, NotFound: 404}
+
+
+def _refuse(status: int, code: str, message: str) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    body = {"error": {"code": code, "message": message, "details": None}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _bearer(headers: Any) -> str | None:
+    scheme, _, value = (headers.get("authorization") or "").partition(" ")
+    return value.strip() if scheme.lower() == "bearer" else None
+
+
+def _agent_of(path: str) -> str:
+    return path.removeprefix(PREFIX).strip("/").split("/")[0]
+
+
+class McpHttp:
+    """ASGI app mounted at /mcp: checks the token and the agent, then hands the request to
+    the SDK's session manager."""
+
+    def __init__(self, services: Services) -> None:
+        self._services = services
+
+        async def resolve(ctx: ServerRequestContext[Any, Any]) -> tuple[Principal, str]:
+            request = ctx.request
+            assert isinstance(request, Request)
+            principal = self._services.access.authenticate(_bearer(request.headers))
+            return principal, _agent_of(request.url.path.split("/mcp", 1)[-1])
+
+        self.manager = StreamableHTTPSessionManager(make_server(services, resolve))
+
+    @asynccontextmanager
+    async def lifespan(self) -> AsyncIterator[None]:
+        async with self.manager.run():
+            yield
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        sub = path.split("/mcp", 1)[-1] if path.startswith("/mcp") else path
+        if scope["type"] != "http" or not sub.startswith(PREFIX) or not _agent_of(sub):
+            await _refuse(404, "not_found", "MCP lives at /mcp/agents/{agent_id}.")(
+                scope, receive, send
+            )
+            return
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        try:
+            principal = await anyio.to_thread.run_sync(
+                lambda: self._services.access.authenticate(_bearer(headers))
+            )
+            # Listing needs read and calling needs invoke; the services check each request.
+            await anyio.to_thread.run_sync(
+                lambda: self._services.agents.get(principal, _agent_of(sub))
+            )
+        except ToolkilnError as exc:
+            status = next((v for k, v in STATUS.items() if isinstance(exc, k)), 400)
+            await _refuse(status, exc.code, exc.message)(scope, receive, send)
+            return
+        await self.manager.handle_request(scope, receive, send)

@@ -1,0 +1,36 @@
+"""``toolkiln mcp --agent ID``: the agent's tools over stdio for local MCP clients.
+
+Like the rest of the CLI it runs with the local user's access to the data directory and
+configuration, so it needs no token: it acts for the agent's workspace with read and invoke.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel.server import NotificationOptions
+from mcp.server.stdio import stdio_server
+
+from toolkiln.domain.auth import Principal
+from toolkiln.mcp_server.server import make_server
+from toolkiln.services.container import Services
+
+
+def serve_stdio(services: Services, agent_id: str) -> None:
+    admin = Principal("local-cli", "", frozenset({"admin"}))
+    agent = services.agents.get(admin, agent_id)
+    principal = Principal("local-cli", agent.workspace_id, frozenset({"read", "invoke"}))
+
+    async def resolve(ctx: ServerRequestContext[Any, Any]) -> tuple[Principal, str]:
+        return principal, agent.id
+
+    server = make_server(services, resolve)
+
+    async def main() -> None:
+        async with stdio_server() as (read, write):
+            options = server.create_initialization_options(NotificationOptions(tools_changed=False))
+            await server.run(read, write, options)
+
+    anyio.run(main)

@@ -1,0 +1,171 @@
+"""The official MCP client against Toolkiln, over streamable HTTP (a real uvicorn) and stdio."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import httpx
+import httpx2
+import pytest
+import uvicorn
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+
+from toolkiln.app import Runtime, build, build_app
+from toolkiln.config import Settings
+from toolkiln.domain.tools import ToolDraft
+
+TOKEN = "tk_mcp-suite-admin"
+
+
+@dataclass
+class Live:
+    runtime: Runtime
+    base: str
+    data_dir: Path
+    agent_id: str
+    ok_tool: str
+    bad_tool: str
+    other_token: str
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+    data_dir = tmp_path_factory.mktemp("mcp")
+    rt = build(Settings(data_dir=data_dir))
+    access = rt.services.access
+    access.bootstrap(TOKEN)
+    who = access.authenticate(TOKEN)
+    tools = rt.services.tools
+    ok = tools.create(
+        who,
+        who.workspace_id,
+        ToolDraft(
+            name="greet",
+            language="python",
+            code="def main(**p):\n    return {'message': 'hello ' + p['who'], 'rawData': {'n': 1}}",
+            parameters={"who": {"type": "string", "required": True}},
+            execution_message_description="Greeting someone",
+        ),
+    )
+    bad = tools.create(
+        who,
+        who.workspace_id,
+        ToolDraft(
+            name="boom",
+            language="python",
+            code="def main(**p):\n    raise ValueError('kaboom')\n    return {}",
+        ),
+    )
+    agent = rt.services.agents.create(who, who.workspace_id, "mcp-agent")
+    rt.services.agents.enable_tool(who, agent.id, ok.id, None)
+    rt.services.agents.enable_tool(who, agent.id, bad.id, None)
+    other_ws = access.create_workspace(None, "elsewhere")
+    other = access.create_token(None, other_ws.id, "read,invoke").value
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(build_app(rt, close_on_exit=False), port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.02)
+    yield Live(rt, f"http://127.0.0.1:{port}", data_dir, agent.id, ok.id, bad.id, other)
+    server.should_exit = True
+    thread.join(10)
+    rt.close()
+
+
+async def exercise(session: ClientSession, live: Live) -> dict:
+    await session.initialize()
+    listed = await session.list_tools()
+    names = [t.name for t in listed.tools]
+    progress: list[tuple[float, str | None]] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append((value, message))
+
+    ok = await session.call_tool(
+        f"custom_{live.ok_tool}", {"who": "mcp"}, progress_callback=on_progress
+    )
+    bad = await session.call_tool(f"custom_{live.bad_tool}", {})
+    calc = await session.call_tool("calculate", {"expression": "2**5"})
+    missing = await session.call_tool("custom_nope", {})
+    return {
+        "names": names,
+        "tools": listed.tools,
+        "ok": ok,
+        "bad": bad,
+        "calc": calc,
+        "missing": missing,
+        "progress": progress,
+    }
+
+
+def check(out: dict, live: Live) -> None:
+    assert f"custom_{live.ok_tool}" in out["names"] and "calculate" in out["names"]
+    greet = next(t for t in out["tools"] if t.name == f"custom_{live.ok_tool}")
+    assert greet.input_schema["required"] == ["who"]
+    ok = out["ok"]
+    assert ok.is_error is False and ok.content[0].text == "hello mcp"
+    assert ok.structured_content == {"n": 1}
+    assert out["bad"].is_error is True and "runtime_error" in out["bad"].content[0].text
+    assert out["calc"].structured_content == {"result": 32}
+    assert out["missing"].is_error is True and "tool_not_enabled" in out["missing"].content[0].text
+
+
+def test_streamable_http(live: Live) -> None:
+    async def run() -> dict:
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
+            url = f"{live.base}/mcp/agents/{live.agent_id}"
+            async with streamable_http_client(url, http_client=http) as (read, write, *_):
+                async with ClientSession(read, write) as session:
+                    return await exercise(session, live)
+
+    out = anyio.run(run)
+    check(out, live)
+    assert out["progress"] and out["progress"][0][1] == "Greeting someone"
+
+
+def test_http_refuses_bad_tokens_and_foreign_agents(live: Live) -> None:
+    url = f"{live.base}/mcp/agents/{live.agent_id}"
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    headers = {"Accept": "application/json, text/event-stream"}
+    assert httpx.post(url, json=body, headers=headers).status_code == 401
+    bad = {**headers, "Authorization": "Bearer nope"}
+    assert httpx.post(url, json=body, headers=bad).status_code == 401
+    foreign = {**headers, "Authorization": f"Bearer {live.other_token}"}
+    assert httpx.post(url, json=body, headers=foreign).status_code == 404
+    assert httpx.post(f"{live.base}/mcp/elsewhere", json=body, headers=headers).status_code == 404
+
+
+def test_stdio(live: Live) -> None:
+    exe = str(Path(sys.executable).parent / "toolkiln")
+    env = {"TOOLKILN_DATA_DIR": str(live.data_dir), "PATH": os.environ.get("PATH", "")}
+    params = StdioServerParameters(command=exe, args=["mcp", "--agent", live.agent_id], env=env)
+
+    async def run() -> dict:
+        with open(os.devnull, "w") as sink:
+            async with stdio_client(params, errlog=sink) as (read, write, *_):
+                async with ClientSession(read, write) as session:
+                    return await exercise(session, live)
+
+    check(anyio.run(run), live)
