@@ -99,7 +99,7 @@ REFUSE = {
     "sched_setaffinity": 203, "setpriority": 141, "mlock": 149, "munlock": 150,
     "mlockall": 151, "munlockall": 152, "sync": 162, "syncfs": 306, "seccomp": 317,
     "inotify_init1": 294, "inotify_init": 253, "mbind": 237, "set_mempolicy": 238,
-    "get_mempolicy": 239,
+    "get_mempolicy": 239, "pkey_alloc": 330, "pkey_free": 331,
 }  # fmt: skip
 
 SYS = {
