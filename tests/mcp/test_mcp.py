@@ -169,3 +169,50 @@ def test_stdio(live: Live) -> None:
                     return await exercise(session, live)
 
     check(anyio.run(run), live)
+
+
+def test_list_changed_reaches_clients(live: Live) -> None:
+    who = live.runtime.services.access.authenticate(TOKEN)
+    extra = live.runtime.services.tools.create(
+        who,
+        who.workspace_id,
+        ToolDraft(
+            name="late-comer",
+            language="python",
+            code="def main(**p):\n    return {'message': 'hi'}",
+        ),
+    )
+    got = anyio.Event()
+    seen: list[str] = []
+
+    async def on_message(message: object) -> None:
+        name = type(getattr(message, "root", message)).__name__
+        seen.append(name)
+        if name == "ToolListChangedNotification":
+            got.set()
+
+    async def run() -> tuple[list[str], list[str], bool]:
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
+            url = f"{live.base}/mcp/agents/{live.agent_id}"
+            async with streamable_http_client(url, http_client=http) as (read, write, *_):
+                async with ClientSession(read, write, message_handler=on_message) as session:
+                    init = await session.initialize()
+                    before = [t.name for t in (await session.list_tools()).tools]
+                    await anyio.to_thread.run_sync(
+                        lambda: live.runtime.services.agents.enable_tool(
+                            who, live.agent_id, extra.id, None
+                        )
+                    )
+                    with anyio.fail_after(15):
+                        await got.wait()
+                    after = [t.name for t in (await session.list_tools()).tools]
+                    return (
+                        before,
+                        after,
+                        bool(init.capabilities.tools and init.capabilities.tools.list_changed),
+                    )
+
+    before, after, advertised = anyio.run(run)
+    assert advertised
+    assert f"custom_{extra.id}" not in before and f"custom_{extra.id}" in after

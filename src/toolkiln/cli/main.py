@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from toolkiln.app import Runtime, build, build_app
 from toolkiln.config import Settings
 from toolkiln.domain.errors import ToolkilnError
+from toolkiln.domain.ids import rfc3339
 
 log = logging.getLogger("toolkiln")
 
@@ -98,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("database is at the newest migration")
         elif args.command == "workspace" and args.action == "create":
             w = access.create_workspace(None, args.name)
-            _print({"id": w.id, "name": w.name, "created_at": w.created_at})
+            _print({"id": w.id, "name": w.name, "created_at": rfc3339(w.created_at)})
         elif args.command == "workspace" and args.action == "list":
             _print([{"id": w.id, "name": w.name} for w in access.resolve_all()])
         elif args.command == "token" and args.action == "create":

@@ -15,7 +15,7 @@ from starlette.types import Receive, Scope, Send
 
 from toolkiln.domain.auth import Principal
 from toolkiln.domain.errors import Forbidden, NotFound, ToolkilnError, Unauthenticated
-from toolkiln.mcp_server.server import make_server
+from toolkiln.mcp_server.server import Listeners, make_server, watch_tool_lists
 from toolkiln.services.container import Services
 
 PREFIX = "/agents/"
@@ -50,12 +50,17 @@ class McpHttp:
             principal = self._services.access.authenticate(_bearer(request.headers))
             return principal, _agent_of(request.url.path.split("/mcp", 1)[-1])
 
-        self.manager = StreamableHTTPSessionManager(make_server(services, resolve))
+        self.listeners = Listeners()
+        self.manager = StreamableHTTPSessionManager(make_server(services, resolve, self.listeners))
 
     @asynccontextmanager
     async def lifespan(self) -> AsyncIterator[None]:
-        async with self.manager.run():
-            yield
+        async with self.manager.run(), anyio.create_task_group() as tasks:
+            tasks.start_soon(watch_tool_lists, self._services, self.listeners)
+            try:
+                yield
+            finally:
+                tasks.cancel_scope.cancel()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")

@@ -7,13 +7,15 @@ scopes, enablement and audit as the REST API.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
 import mcp.types as types
 from mcp.server.context import ServerRequestContext
-from mcp.server.lowlevel.server import Server
+from mcp.server.lowlevel.server import NotificationOptions, Server
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 
 import toolkiln
 from toolkiln.domain.auth import Principal
@@ -23,8 +25,67 @@ from toolkiln.services.invoke import CallContext
 Resolve = Callable[[ServerRequestContext[Any, Any]], Awaitable[tuple[Principal, str]]]
 
 
-def make_server(services: Services, resolve: Resolve) -> Server[Any]:
-    """``resolve`` tells, for each request, who calls and for which agent."""
+log = logging.getLogger("toolkiln.mcp")
+WATCH_INTERVAL_S = 1.0
+MAX_SESSIONS = 1000
+
+
+class Listeners:
+    """Who to tell when tool lists change: 2026-07-28 clients listen on the bus; earlier
+    (handshake-era) clients get ``notifications/tools/list_changed`` on their session, for
+    which we remember each session that listed tools."""
+
+    def __init__(self) -> None:
+        self.bus = InMemorySubscriptionBus()
+        # Strong references, newest last: the SDK hands out session objects we cannot weakly
+        # reference for long. A closed one fails to send and is dropped; the cap bounds growth.
+        self.sessions: dict[int, Any] = {}
+
+    def remember(self, session: Any) -> None:
+        self.sessions.pop(id(session), None)
+        self.sessions[id(session)] = session
+        while len(self.sessions) > MAX_SESSIONS:
+            self.sessions.pop(next(iter(self.sessions)))
+
+    async def changed(self) -> None:
+        log.debug("tool lists changed: telling %d sessions and the listen bus", len(self.sessions))
+        await self.bus.publish(ToolsListChanged())
+        for key, session in list(self.sessions.items()):
+            try:
+                await session.send_tool_list_changed()
+            except Exception as exc:  # a closed session: forget it
+                log.debug("tool list change not delivered: %s", exc)
+                self.sessions.pop(key, None)
+
+
+async def watch_tool_lists(services: Services, listeners: Listeners) -> None:
+    """Tell every listening client when some agent's tools change.
+
+    The marker is read from the database, so changes made through another replica are seen
+    too. Every listener is told (not only the affected agent's); clients list again.
+    """
+    last = await anyio.to_thread.run_sync(services.agents.change_marker)
+    while True:
+        await anyio.sleep(WATCH_INTERVAL_S)
+        marker = await anyio.to_thread.run_sync(services.agents.change_marker)
+        if marker != last:
+            last = marker
+            await listeners.changed()
+
+
+class _Server(Server[Any]):
+    """Advertises ``tools.listChanged`` to handshake-era clients by default."""
+
+    def create_initialization_options(
+        self, notification_options: Any = None, *args: Any, **kwargs: Any
+    ) -> Any:
+        options = notification_options or NotificationOptions(tools_changed=True)
+        return super().create_initialization_options(options, *args, **kwargs)
+
+
+def make_server(services: Services, resolve: Resolve, listeners: Listeners) -> Server[Any]:
+    """``resolve`` tells, for each request, who calls and for which agent; ``listeners``
+    is where tool-list changes go."""
 
     async def list_tools(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
@@ -33,6 +94,7 @@ def make_server(services: Services, resolve: Resolve) -> Server[Any]:
         entries = await anyio.to_thread.run_sync(
             lambda: services.agents.tool_list(principal, agent_id, "mcp")
         )
+        listeners.remember(ctx.session)
         return types.ListToolsResult(
             tools=[
                 types.Tool(
@@ -72,10 +134,11 @@ def make_server(services: Services, resolve: Resolve) -> Server[Any]:
             is_error=False,
         )
 
-    return Server(
+    return _Server(
         "toolkiln",
         version=toolkiln.__version__,
         instructions="Custom and built-in tools of one Toolkiln agent.",
         on_list_tools=list_tools,
         on_call_tool=call_tool,
+        on_subscriptions_listen=ListenHandler(listeners.bus),
     )

@@ -10,11 +10,10 @@ from typing import Any
 
 import anyio
 from mcp.server.context import ServerRequestContext
-from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.stdio import stdio_server
 
 from toolkiln.domain.auth import Principal
-from toolkiln.mcp_server.server import make_server
+from toolkiln.mcp_server.server import Listeners, make_server, watch_tool_lists
 from toolkiln.services.container import Services
 
 
@@ -26,11 +25,13 @@ def serve_stdio(services: Services, agent_id: str) -> None:
     async def resolve(ctx: ServerRequestContext[Any, Any]) -> tuple[Principal, str]:
         return principal, agent.id
 
-    server = make_server(services, resolve)
+    listeners = Listeners()
+    server = make_server(services, resolve, listeners)
 
     async def main() -> None:
-        async with stdio_server() as (read, write):
-            options = server.create_initialization_options(NotificationOptions(tools_changed=False))
-            await server.run(read, write, options)
+        async with stdio_server() as (read, write), anyio.create_task_group() as tasks:
+            tasks.start_soon(watch_tool_lists, services, listeners)
+            await server.run(read, write, server.create_initialization_options())
+            tasks.cancel_scope.cancel()
 
     anyio.run(main)

@@ -18,6 +18,18 @@ from toolkiln.services.invoke import CallContext, InvokeService
 from toolkiln.services.ports import UnitOfWork, UnitOfWorkFactory
 
 CUSTOM_PREFIX = "custom_"
+# Every change that can alter some agent's tool list leaves one of these audit rows.
+LIST_CHANGING_EVENTS = [
+    "tool.created",
+    "tool.updated",
+    "tool.deleted",
+    "tool.enabled",
+    "tool.disabled",
+    "agent.tool_enabled",
+    "agent.tool_disabled",
+    "agent.deleted",
+    "workspace.policy_updated",
+]
 
 
 class AgentService:
@@ -152,6 +164,11 @@ class AgentService:
             )
         _, defs = self.tool_defs(principal, agent_id)
         return render(defs, fmt, strict)
+
+    def change_marker(self) -> int:
+        """Grows whenever some agent's tool list may have changed (on any replica)."""
+        with self._uow(readonly=True) as tx:
+            return tx.audit.last_id(LIST_CHANGING_EVENTS)
 
     def status_line(self, principal: Principal, agent_id: str, name: str) -> str | None:
         """The tool's execution_message_description, for progress while it runs."""

@@ -364,6 +364,11 @@ class SqlAudit:
         if rows:
             self._c.execute(_AUDIT_INSERT, [self._params(r) for r in rows])
 
+    def last_id(self, events: list[str]) -> int:
+        """The newest row of these events (0 if none), by the (event, id) index."""
+        q = sa.select(sa.func.max(audit.c.id)).where(audit.c.event.in_(events))
+        return int(self._c.execute(q).scalar() or 0)
+
     def page(self, where: AuditFilter, after_id: int, limit: int) -> list[AuditRow]:
         q = audit.select().where(audit.c.id > after_id).order_by(audit.c.id).limit(limit)
         for name in ("workspace_id", "tool_id", "tool_call_id", "agent_id", "event"):

@@ -85,6 +85,7 @@ audit = sa.Table(
     sa.Index("ix_audit_workspace", "workspace_id", "id"),
     sa.Index("ix_audit_tool", "tool_id", "id"),
     sa.Index("ix_audit_call", "tool_call_id"),
+    sa.Index("ix_audit_event", "event", "id"),
 )
 
 tool_calls = sa.Table(
