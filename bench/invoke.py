@@ -23,6 +23,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -123,6 +124,26 @@ async def _concurrent(base: str, auth: dict[str, str], url: str) -> tuple[list[f
     return lat, len(lat) / elapsed
 
 
+def concurrently(once: Callable[[], float], calls: int) -> tuple[list[float], float]:
+    """Run ``once`` from CONC threads until ``calls`` are done: latencies and calls/s."""
+    lat: list[float] = []
+    lock = threading.Lock()
+
+    def worker() -> None:
+        for _ in range(calls // CONC):
+            d = once()
+            with lock:
+                lat.append(d)
+
+    start = time.perf_counter()
+    threads = [threading.Thread(target=worker) for _ in range(CONC)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return lat, len(lat) / (time.perf_counter() - start)
+
+
 def bench_sandbox_only() -> list[str]:
     """The sandbox alone (no HTTP, no database), to split the cost."""
     from toolkiln.domain.execution import RunRequest
@@ -143,22 +164,7 @@ def bench_sandbox_only() -> list[str]:
             for _ in range(50):
                 once()
             seq = [once() for _ in range(N_SEQ)]
-            conc: list[float] = []
-            lock = threading.Lock()
-
-            def worker() -> None:
-                for _ in range(N_CONC // CONC):
-                    d = once()
-                    with lock:
-                        conc.append(d)
-
-            start = time.perf_counter()
-            threads = [threading.Thread(target=worker) for _ in range(CONC)]
-            for th in threads:
-                th.start()
-            for th in threads:
-                th.join()
-            rate = len(conc) / (time.perf_counter() - start)
+            conc, rate = concurrently(once, N_CONC)
         finally:
             sandbox.close()
     return [
@@ -176,24 +182,13 @@ def bench_fresh_python() -> list[str]:
         out = subprocess.run(cmd, capture_output=True, check=True, env={})
         json.loads(out.stdout)
         lat.append((time.perf_counter() - t) * 1000)
-    conc: list[float] = []
-    lock = threading.Lock()
-    per = 400 // CONC
 
-    def worker() -> None:
-        for _ in range(per):
-            t = time.perf_counter()
-            subprocess.run(cmd, capture_output=True, check=True, env={})
-            with lock:
-                conc.append((time.perf_counter() - t) * 1000)
+    def fresh() -> float:
+        t = time.perf_counter()
+        subprocess.run(cmd, capture_output=True, check=True, env={})
+        return (time.perf_counter() - t) * 1000
 
-    start = time.perf_counter()
-    threads = [threading.Thread(target=worker) for _ in range(CONC)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    rate = len(conc) / (time.perf_counter() - start)
+    conc, rate = concurrently(fresh, 400)
     return [
         row(
             "fresh `python -I -S` per call (no HTTP), sequential", lat, 1000 / statistics.mean(lat)

@@ -10,8 +10,10 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -20,6 +22,7 @@ from fastapi.testclient import TestClient
 from toolkiln.api.app import create_app
 from toolkiln.app import Runtime, build
 from toolkiln.config import Settings
+from toolkiln.domain.auth import Principal
 
 PG_URL = os.environ.get(
     "TOOLKILN_TEST_POSTGRES_URL", "postgresql+psycopg://root@127.0.0.1:5432/test"
@@ -120,3 +123,18 @@ def seed_tool(space: Space, **over: object) -> dict[str, object]:
 
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+@contextmanager
+def own_service(
+    data_dir: Path, token: str, **settings: Any
+) -> Iterator[tuple[Runtime, TestClient, Principal]]:
+    """A service of a test module's own (SQLite), with an admin token of the given value."""
+    rt = build(Settings(data_dir=data_dir, **settings))
+    try:
+        rt.services.access.bootstrap(token)
+        who = rt.services.access.authenticate(token)
+        with TestClient(create_app(rt.services), raise_server_exceptions=False) as client:
+            yield rt, client, who
+    finally:
+        rt.close()

@@ -26,9 +26,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from fastapi.testclient import TestClient
 
-from toolkiln.api.app import create_app
-from toolkiln.app import Runtime, build
-from toolkiln.config import Settings
+from tests.conftest import own_service
+from toolkiln.app import Runtime
 
 SMTP_USER, SMTP_PASSWORD = "toolkiln", "smtp-secret"
 BRAVE_KEY = "brave-test-key"
@@ -223,13 +222,9 @@ class Service:
 
 
 def make_service(tmp: Path, **settings: Any) -> Iterator[Service]:
-    rt = build(Settings(data_dir=tmp, **settings))
     token = "tk_builtins-admin"
-    rt.services.access.bootstrap(token)
-    who = rt.services.access.authenticate(token)
-    with TestClient(create_app(rt.services), raise_server_exceptions=False) as client:
+    with own_service(tmp, token, **settings) as (rt, client, who):
         yield Service(rt, client, {"Authorization": f"Bearer {token}"}, who.workspace_id)
-    rt.close()
 
 
 @pytest.fixture(scope="module")

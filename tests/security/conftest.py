@@ -12,9 +12,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from toolkiln.api.app import create_app
-from toolkiln.app import Runtime, build
-from toolkiln.config import Settings
+from tests.conftest import own_service
+from toolkiln.app import Runtime
 
 SECRET = "tk_security-suite-secret-never-visible"
 
@@ -77,9 +76,5 @@ class Target:
 def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
     data_dir = tmp_path_factory.mktemp("security")
     os.environ["TOOLKILN_SECRET_FOR_TESTS"] = SECRET  # the service's env must stay unreachable
-    rt = build(Settings(data_dir=data_dir, bootstrap_token=SECRET))
-    rt.services.access.bootstrap(SECRET)
-    who = rt.services.access.authenticate(SECRET)
-    with TestClient(create_app(rt.services), raise_server_exceptions=False) as client:
+    with own_service(data_dir, SECRET, bootstrap_token=SECRET) as (rt, client, who):
         yield Target(rt, client, {"Authorization": f"Bearer {SECRET}"}, who.workspace_id, data_dir)
-    rt.close()

@@ -15,6 +15,7 @@ from toolkiln.domain.results import Result, error, refused
 from toolkiln.domain.tools import Tool
 from toolkiln.services.dispatch import Dispatcher
 from toolkiln.services.invoke import CallContext, InvokeService
+from toolkiln.services.paging import listing_scope
 from toolkiln.services.ports import UnitOfWork, UnitOfWorkFactory
 
 CUSTOM_PREFIX = "custom_"
@@ -59,13 +60,9 @@ class AgentService:
         return agent
 
     def all(self, principal: Principal, workspace_id: str | None) -> list[Agent]:
-        principal.require("read")
-        if workspace_id is not None:
-            principal.require_workspace(workspace_id)
-        elif not principal.is_admin:
-            workspace_id = principal.workspace_id
+        scope = listing_scope(principal, workspace_id)
         with self._uow(readonly=True) as tx:
-            return tx.agents.all(workspace_id)
+            return tx.agents.all(scope)
 
     def get(self, principal: Principal, agent_id: str) -> Agent:
         principal.require("read")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from toolkiln.domain.auth import Principal
 from toolkiln.domain.records import AuditFilter, AuditRow, Page
-from toolkiln.services.paging import clamp_limit, decode_cursor, encode_cursor
+from toolkiln.services.paging import clamp_limit, decode_cursor, listing_scope, page_of
 from toolkiln.services.ports import UnitOfWorkFactory
 
 
@@ -15,15 +15,8 @@ class AuditService:
     def page(
         self, principal: Principal, where: AuditFilter, cursor: str | None, limit: int | None
     ) -> Page[AuditRow]:
-        principal.require("read")
-        if where.workspace_id is not None:
-            principal.require_workspace(where.workspace_id)
-        elif not principal.is_admin:
-            where.workspace_id = principal.workspace_id
+        where.workspace_id = listing_scope(principal, where.workspace_id)
         size = clamp_limit(limit)
         with self._uow(readonly=True) as tx:
             rows = tx.audit.page(where, decode_cursor(cursor), size + 1)
-        more = len(rows) > size
-        rows = rows[:size]
-        last = rows[-1].id if rows and more else None
-        return Page(rows, encode_cursor(last) if last is not None else None)
+        return page_of(rows, size, lambda r: r.id or 0)

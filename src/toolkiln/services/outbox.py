@@ -6,7 +6,7 @@ from typing import Any
 
 from toolkiln.domain.auth import Principal
 from toolkiln.domain.records import Page
-from toolkiln.services.paging import clamp_limit, decode_cursor, encode_cursor
+from toolkiln.services.paging import clamp_limit, decode_cursor, listing_scope, page_of
 from toolkiln.services.ports import UnitOfWorkFactory
 
 
@@ -17,14 +17,8 @@ class OutboxService:
     def page(
         self, principal: Principal, workspace_id: str | None, cursor: str | None, limit: int | None
     ) -> Page[dict[str, Any]]:
-        principal.require("read")
-        if workspace_id is not None:
-            principal.require_workspace(workspace_id)
-        elif not principal.is_admin:
-            workspace_id = principal.workspace_id
+        scope = listing_scope(principal, workspace_id)
         size = clamp_limit(limit)
         with self._uow(readonly=True) as tx:
-            rows = tx.outbox.page(workspace_id, decode_cursor(cursor), size + 1)
-        more = len(rows) > size
-        rows = rows[:size]
-        return Page(rows, encode_cursor(rows[-1]["seq"]) if more else None)
+            rows = tx.outbox.page(scope, decode_cursor(cursor), size + 1)
+        return page_of(rows, size, lambda r: int(r["seq"]))

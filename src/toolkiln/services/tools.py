@@ -16,7 +16,7 @@ from toolkiln.domain.tools import (
     ToolVersion,
     validate_draft,
 )
-from toolkiln.services.paging import clamp_limit, decode_cursor, encode_cursor
+from toolkiln.services.paging import clamp_limit, decode_cursor, listing_scope, page_of
 from toolkiln.services.ports import UnitOfWork, UnitOfWorkFactory
 
 PATCHABLE = (
@@ -103,17 +103,11 @@ class ToolService:
     def page(
         self, principal: Principal, workspace_id: str | None, cursor: str | None, limit: int | None
     ) -> Page[Tool]:
-        principal.require("read")
-        if workspace_id is not None:
-            principal.require_workspace(workspace_id)
-        elif not principal.is_admin:
-            workspace_id = principal.workspace_id
+        scope = listing_scope(principal, workspace_id)
         size = clamp_limit(limit)
         with self._uow(readonly=True) as tx:
-            items = tx.tools.page(workspace_id, decode_cursor(cursor), size + 1)
-        more = len(items) > size
-        items = items[:size]
-        return Page(items, encode_cursor(items[-1].seq) if more else None)
+            rows = tx.tools.page(scope, decode_cursor(cursor), size + 1)
+        return page_of(rows, size, lambda t: t.seq)
 
     def update(self, principal: Principal, tool_id: str, change: dict[str, Any]) -> Tool:
         principal.require("write")
