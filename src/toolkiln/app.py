@@ -17,6 +17,7 @@ from toolkiln.builtins.run_code import RunCode
 from toolkiln.builtins.search import WebSearch, make_provider
 from toolkiln.config import Settings
 from toolkiln.mcp_server.http import McpHttp
+from toolkiln.sandbox.js_runner import JavaScriptSandbox
 from toolkiln.sandbox.packages import PackageStore
 from toolkiln.sandbox.runner import Limits, PythonSandbox
 from toolkiln.services.access import AccessService
@@ -62,6 +63,13 @@ def build(settings: Settings, *, migrate: bool = True, sandbox: bool = True) -> 
             limits=Limits(memory_mb=settings.sandbox_memory_mb),
             warm=settings.sandbox_warm,
             strict=not settings.sandbox_insecure,
+        )
+        sandboxes["javascript"] = JavaScriptSandbox(
+            PackageStore(settings.packages_dir),
+            limits=Limits(memory_mb=settings.sandbox_memory_mb),
+            warm=settings.sandbox_js_workers,
+            strict=not settings.sandbox_insecure,
+            name="js",
         )
     runners: dict[str, CodeRunner] = dict(sandboxes)
     uow = database.transaction

@@ -27,12 +27,17 @@ class Target:
     data_dir: Path
 
     def run(
-        self, code: str, payload: Any = None, timeout_ms: int = 2000, name: str = "attack"
+        self,
+        code: str,
+        payload: Any = None,
+        timeout_ms: int = 2000,
+        name: str = "attack",
+        language: str = "python",
     ) -> dict:
         body = {
             "workspace_id": self.workspace_id,
             "name": name,
-            "language": "python",
+            "language": language,
             "code": code,
             "input_schema": {"type": "object"},
             "timeout_ms": timeout_ms,
@@ -44,8 +49,10 @@ class Target:
 
     def sandbox_processes(self) -> list[int]:
         """Pids of every process running as a sandbox uid (warm children and leftovers)."""
-        cfg = self.runtime.sandboxes["python"].config
-        low, high = cfg["uid_base"], cfg["uid_base"] + cfg["uid_count"]
+        ranges = [
+            (s.config["uid_base"], s.config["uid_base"] + s.config["uid_count"])
+            for s in self.runtime.sandboxes.values()
+        ]
         found = []
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():
@@ -54,18 +61,17 @@ class Target:
                 uid = entry.stat().st_uid
             except OSError:
                 continue
-            if low <= uid < high:
+            if any(low <= uid < high for low, high in ranges):
                 found.append(int(entry.name))
         return found
 
     def assert_contained(self) -> None:
         """The service answers, and nothing but the warm pool runs as a sandbox uid."""
         assert self.client.get("/healthz").json()["status"] == "ok"
-        template = self.runtime.sandboxes["python"].template
         deadline = time.monotonic() + 5
         while True:
             running = len(self.sandbox_processes())
-            ready = template._ready.qsize()
+            ready = sum(s.template._ready.qsize() for s in self.runtime.sandboxes.values())
             if running <= ready + 1:  # +1: a replacement may be between fork and "ready"
                 return
             assert time.monotonic() < deadline, f"{running} sandbox processes, {ready} warm"

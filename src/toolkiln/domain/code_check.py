@@ -188,3 +188,18 @@ def _js_has_return(fn: Node) -> bool:
             continue
         stack.extend(node.children)
     return False
+
+
+def strip_exports(code: str) -> str:
+    """``export function main`` -> ``       function main``: a script, not a module, with every
+    line and column where it was (so error positions still point into the tool's code)."""
+    root = _parse_js(code)
+    raw = bytearray(code.encode("utf-8", "surrogatepass"))
+    for stmt in root.named_children:
+        if stmt.type == "export_statement" and stmt.child_by_field_name("declaration") is not None:
+            keyword = stmt.children[0]
+            if keyword.type == "export":
+                raw[keyword.start_byte : keyword.end_byte] = b" " * (
+                    keyword.end_byte - keyword.start_byte
+                )
+    return raw.decode("utf-8", "surrogatepass")

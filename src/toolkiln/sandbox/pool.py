@@ -36,6 +36,7 @@ class WarmChild:
     pidfd: int
     sock: socket.socket
     cgroup: Handle | None = None
+    uses: int = 0  # calls served (JavaScript workers serve several)
 
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError, OSError):
@@ -168,14 +169,23 @@ class Template:
         with contextlib.suppress(OSError):
             self._ctl.send(json.dumps({"op": "spawn", "n": n}).encode())
 
-    def take(self, timeout: float) -> WarmChild:
+    def give_back(self, child: WarmChild) -> None:
+        """A long-lived worker that finished a call cleanly waits for the next one."""
+        self._ready.put(child)
+
+    def replace(self) -> None:
+        """Ask for one more child (a worker was retired)."""
+        self._request(1)
+
+    def take(self, timeout: float, replenish: bool = True) -> WarmChild:
         if not self.alive:
             raise SandboxUnavailable("the sandbox template is not running")
         try:
             child = self._ready.get(timeout=timeout)
         except queue.Empty:
             raise SandboxUnavailable("no sandbox process became free in time") from None
-        self._request(1)  # keep the pool warm while this one works
+        if replenish:
+            self._request(1)  # keep the pool warm while this one works
         return child
 
     def wait_exit(self, pid: int, timeout: float) -> ExitInfo | None:

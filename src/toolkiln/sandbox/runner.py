@@ -85,6 +85,7 @@ class PythonSandbox:
         self.limits = limits or Limits()
         self.packages = packages
         self.strict = strict
+        self.warm = warm
         lim = self.limits
         # Address space = what the template already maps + the memory cap + thread stacks.
         self.config: dict[str, Any] = {
@@ -119,6 +120,7 @@ class PythonSandbox:
                 "INSECURE SANDBOX MODE: isolation layers that cannot be set up are skipped. "
                 "Never run untrusted code like this."
             )
+        self._configure(self.config)
         self.template = Template(self.config, cgroups, strict=strict)
         if self.template.problems:
             log.warning("sandbox layers off: %s", "; ".join(self.template.problems))
@@ -194,11 +196,12 @@ class PythonSandbox:
         started = time.perf_counter()
         deadline = time.monotonic() + req.timeout_ms / 1000
         try:
-            child = self.template.take(timeout=max(1.0, req.timeout_ms / 1000))
+            child = self._take(max(1.0, req.timeout_ms / 1000))
         except SandboxUnavailable as exc:
             return RunOutcome("infra", message=str(exc))
         calls = 0
         reader = frames.Reader(child.sock)
+        outcome: RunOutcome | None = None
         try:
             frames.send(
                 child.sock,
@@ -230,12 +233,23 @@ class PythonSandbox:
         except OSError as exc:
             outcome = self._from_frame_error(frames.FrameError("eof", str(exc)), child, deadline)
         finally:
-            child.close()
-        if outcome.kind not in {"crash", "violation", "memory"}:
-            self.template.forget_exit(child.pid)
+            self._release(child, outcome)
+        assert outcome is not None
         outcome.duration_ms = (time.perf_counter() - started) * 1000
         outcome.ctx_calls = calls
         return outcome
+
+    def _configure(self, config: dict[str, Any]) -> None:
+        """Hook for other runtimes on the same jail."""
+
+    def _take(self, timeout: float) -> WarmChild:
+        return self.template.take(timeout=timeout)
+
+    def _release(self, child: WarmChild, outcome: RunOutcome | None) -> None:
+        """A Python child serves one call: it is killed whatever happened."""
+        child.close()
+        if outcome is not None and outcome.kind not in {"crash", "violation", "memory"}:
+            self.template.forget_exit(child.pid)
 
     def _from_report(self, msg: dict[str, Any]) -> RunOutcome:
         kind = msg.get("kind")

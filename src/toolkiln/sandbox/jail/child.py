@@ -14,8 +14,10 @@ def _limits(cfg: dict) -> None:
     mb = 1024 * 1024
     cpu = int(cfg["max_cpu_s"])
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    if cfg.get("runtime") != "javascript":
+        # V8 aborts under RLIMIT_AS; JavaScript workers rely on V8's heap limit and the cgroup.
+        resource.setrlimit(resource.RLIMIT_AS, (int(cfg["address_space_mb"]) * mb,) * 2)
     for res, value in [
-        (resource.RLIMIT_AS, int(cfg["address_space_mb"]) * mb),
         (resource.RLIMIT_NPROC, int(cfg["max_threads"])),
         (resource.RLIMIT_NOFILE, int(cfg["max_open_files"])),
         (resource.RLIMIT_FSIZE, int(cfg["max_file_mb"]) * mb),
@@ -26,7 +28,7 @@ def _limits(cfg: dict) -> None:
         resource.setrlimit(res, (value, value))
 
 
-def become(sock: socket.socket, uid: int, scratch: str, cfg: dict, installer) -> None:
+def become(sock: socket.socket, uid: int, scratch: str, cfg: dict, installer, engine=None) -> None:
     """Order matters: fds, signals, limits, identity, then no_new_privs + seccomp last."""
     linux.prctl(linux.PR_SET_PDEATHSIG, signal.SIGKILL)
     keep = sock.fileno()
@@ -48,6 +50,10 @@ def become(sock: socket.socket, uid: int, scratch: str, cfg: dict, installer) ->
         }
     )
     _limits(cfg)
+    if engine is not None:
+        # Start V8 and warm libffi while executable memory is still allowed; no tool byte
+        # has arrived yet, and seccomp follows below.
+        engine()
     if os.geteuid() == 0:
         os.setgroups([])
         os.setresgid(uid, uid, uid)

@@ -26,6 +26,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import child
+import jsrunner
 import linux
 import pyrunner
 import seccomp
@@ -167,8 +168,12 @@ class Template:
         if pid == 0:
             try:
                 host_end.close()
-                child.become(child_end, uid, scratch, self.cfg, self.installer)
-                pyrunner.serve(child_end, self.cfg)
+                if self.cfg.get("runtime") == "javascript":
+                    child.become(child_end, uid, scratch, self.cfg, self.installer, _start_v8)
+                    jsrunner.serve(child_end, self.cfg, _mini_racer, pyrunner._Link)
+                else:
+                    child.become(child_end, uid, scratch, self.cfg, self.installer)
+                    pyrunner.serve(child_end, self.cfg)
             finally:
                 os._exit(70)
         child_end.close()
@@ -232,9 +237,24 @@ class Template:
                 self.reap()
 
 
+_mini_racer = None
+
+
+def _start_v8() -> None:
+    _mini_racer.init_mini_racer(flags=("--single-threaded", "--jitless"))  # type: ignore[union-attr]
+    jsrunner.preload(_mini_racer)
+
+
 def main() -> None:
+    global _mini_racer
     cfg = json.loads(sys.argv[1])
     ctl = socket.socket(fileno=int(sys.argv[2]))
+    if cfg.get("runtime") == "javascript":
+        # The engine's Python side is imported here; V8 itself starts in each worker.
+        sys.path.insert(0, cfg["js_engine_parent"])
+        import py_mini_racer
+
+        _mini_racer = py_mini_racer
     pyrunner.preload(cfg.get("preload", pyrunner.PRELOAD))
     state = _setup(cfg, ctl)
     # Children are short-lived forks: keep the collector from walking (and so copying)

@@ -1,0 +1,85 @@
+"""The JavaScript runtime: V8 (mini-racer, jitless) in long-lived jailed workers.
+
+Same jail, protocol and host-side classification as Python (runner.py); what differs:
+a worker serves several calls, each in a fresh V8 isolate, and is retired after
+``RECYCLE_AFTER`` calls or at once after any timeout, crash, memory limit or odd report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import py_mini_racer
+
+from toolkiln.domain.code_check import strip_exports
+from toolkiln.domain.execution import RunOutcome, RunRequest
+from toolkiln.sandbox.pool import WarmChild
+from toolkiln.sandbox.runner import CtxAudit, CtxCall, PythonSandbox
+
+RECYCLE_AFTER = 50
+CLEAN = {"return", "exception"}
+
+
+class JavaScriptSandbox(PythonSandbox):
+    language = "javascript"
+
+    def _configure(self, config: dict[str, Any]) -> None:
+        engine = Path(py_mini_racer.__file__).resolve().parent
+        config["runtime"] = "javascript"
+        config["js_engine_parent"] = str(engine.parent)
+        config["ro_paths"] = [*config["ro_paths"], str(engine)]
+        config["js_heap_mb"] = self.limits.memory_mb // 2
+        config["preload"] = ["asyncio", "json", "re"]
+        config["curated"] = {}
+
+    def run(self, req: RunRequest, on_call: CtxCall, on_audit: CtxAudit) -> RunOutcome:
+        return super().run(
+            dataclasses.replace(req, code=strip_exports(req.code)), on_call, on_audit
+        )
+
+    def _take(self, timeout: float) -> WarmChild:
+        return self.template.take(timeout=timeout, replenish=False)
+
+    def _release(self, child: WarmChild, outcome: RunOutcome | None) -> None:
+        memory = outcome is not None and outcome.error_type == "MemoryError"
+        if outcome is not None and outcome.kind in CLEAN and not memory:
+            child.uses += 1
+            if child.uses < RECYCLE_AFTER:
+                self.template.give_back(child)
+                return
+        child.close()
+        self.template.replace()
+        if outcome is not None and outcome.kind not in {"crash", "violation", "memory"}:
+            self.template.forget_exit(child.pid)
+
+    def describe(self) -> dict[str, Any]:
+        described = super().describe()
+        described.update(
+            entrypoints=[
+                {"name": "main", "signature": "[export] [async] function main(params, ctx?)"},
+                {"name": "handle", "signature": "[export] [async] function handle(input, ctx)"},
+            ],
+            return_contract=(
+                "main: an object with a string 'message' and optionally 'rawData', '_llm', "
+                "'_render', '_interactive'. handle: any JSON value; an object with a string "
+                "'message' is read as for main, anything else becomes raw_data."
+            ),
+            ctx=[
+                "agentId",
+                "agentName",
+                "powerUserId",
+                "toolCallId",
+                "conversationId",
+                "tools.<name>(input) -> Promise",
+                "tools['<name>'](input) -> Promise",
+                "audit(event, data?) -> Promise",
+            ],
+            dependencies=[],
+        )
+        described["limits"]["heap_mb"] = self.limits.memory_mb // 2
+        described["isolation"]["engine"] = "V8 (mini-racer, jitless), a fresh isolate per call"
+        described["isolation"]["process_per_call"] = False
+        described["isolation"]["worker_recycled_after_calls"] = RECYCLE_AFTER
+        return described

@@ -1,0 +1,127 @@
+"""JavaScript tools through the API: the contract, the seed's examples, errors and ctx."""
+
+from __future__ import annotations
+
+from fastapi.testclient import TestClient
+
+from tests.conftest import Space, seed_tool
+
+
+def run(
+    client: TestClient, space: Space, rw, code: str, payload: dict | None = None, **over
+) -> dict:
+    body = seed_tool(
+        space,
+        language="javascript",
+        code=code,
+        parameters=None,
+        input_schema={"type": "object"},
+        input=payload or {},
+        **over,
+    )
+    r = client.post("/v1/custom-tools/test", json=body, headers=rw)
+    assert r.status_code == 200, r.text
+    return r.json()["data"]
+
+
+def test_seed_examples_in_javascript(client: TestClient, space: Space, rw) -> None:
+    currency = (
+        "export async function main(params) {\n"
+        "  const fmt = new Intl.NumberFormat('en-US', { style: 'currency', currency: params.currency });\n"
+        "  return { message: fmt.format(params.amount) };\n"
+        "}\n"
+    )
+    assert (
+        run(client, space, rw, currency, {"amount": 1234.5, "currency": "USD"})["message"]
+        == "$1,234.50"
+    )
+    slug = "function main(p) { return { message: p.title.toLowerCase().replace(/[^a-z0-9]+/g, '-').replace(/^-|-$/g, '') } }"
+    assert (
+        run(client, space, rw, slug, {"title": "My Blog Post Title"})["message"]
+        == "my-blog-post-title"
+    )
+    cagr = (
+        "function main({ startValue, endValue, years }) {\n"
+        "  const cagr = Math.pow(endValue / startValue, 1 / years) - 1;\n"
+        "  const formatted = (cagr * 100).toFixed(2) + '%';\n"
+        "  return { message: formatted, rawData: { cagr: Number(cagr.toFixed(4)), formatted } };\n"
+        "}\n"
+    )
+    res = run(client, space, rw, cagr, {"startValue": 100, "endValue": 200, "years": 5})
+    assert res["raw_data"] == {"cagr": 0.1487, "formatted": "14.87%"}
+
+
+def test_contract_shapes_and_ctx_fields(client: TestClient, space: Space, rw) -> None:
+    handle = "export async function handle(input, ctx) { return [input.n * 2, typeof ctx.tools, ctx.toolCallId.length > 0] }"
+    res = run(client, space, rw, handle, {"n": 21})
+    assert (
+        res["status"] == "ok"
+        and res["raw_data"] == [42, "object", True]
+        and res["message"] == '[42, "object", true]'
+    )
+    arrow = "const main = async (p) => ({ message: 'hi ' + p.who, _llm: 'L' });"
+    res = run(client, space, rw, arrow, {"who": "x"})
+    assert res["message"] == "hi x" and res["llm"] == "L"
+    logs = "function main() { console.log('out', {a: 1}); console.error('err'); return { message: 'm' } }"
+    res = run(client, space, rw, logs)
+    assert res["logs"] == {"stdout": 'out {"a":1}\n', "stderr": "err\n"}
+    bad = run(client, space, rw, "function main() { return 42 }")
+    assert bad["error"]["code"] == "invalid_result"
+
+
+def test_errors_name_the_line(client: TestClient, space: Space, rw) -> None:
+    thrown = "function main(p) {\n  const x = 1;\n  throw new RangeError('too far ' + x);\n  return {};\n}\n"
+    res = run(client, space, rw, thrown)
+    assert res["error"]["code"] == "runtime_error"
+    assert (
+        res["error"]["details"]["type"] == "RangeError"
+        and res["error"]["details"]["message"] == "too far 1"
+    )
+    assert res["error"]["details"]["line"] == 3
+    syntax = client.post(
+        "/v1/run-code", json={"language": "javascript", "code": "function main( {"}, headers=rw
+    ).json()["data"]
+    assert syntax["error"]["code"] == "runtime_error" and syntax["error"]["details"]["line"] == 1
+    ok = client.post(
+        "/v1/run-code",
+        json={
+            "language": "javascript",
+            "code": "function main(p) { return {message: String(p.a)} }",
+            "input": {"a": 5},
+        },
+        headers=rw,
+    )
+    assert ok.json()["data"]["message"] == "5"
+
+
+def test_javascript_ctx_calls_builtins(client: TestClient, space: Space, rw) -> None:
+    code = (
+        "export async function handle(input, ctx) {\n"
+        "  const r = await ctx.tools.calculate({ expression: '6*7' });\n"
+        "  const bad = await ctx.tools['no_such_tool']({});\n"
+        "  await ctx.audit('computed', { r });\n"
+        "  return { message: String(r.result), rawData: { r, bad } };\n"
+        "}\n"
+    )
+    tool = client.post(
+        "/v1/custom-tools",
+        json=seed_tool(space, name="js-ctx", language="javascript", code=code, parameters=None),
+        headers=rw,
+    ).json()["data"]
+    res = client.post(
+        f"/v1/custom-tools/{tool['id']}/invoke", json={"input": {}}, headers=rw
+    ).json()["data"]
+    assert res["status"] == "ok" and res["message"] == "42", res
+    assert res["raw_data"]["bad"]["error"] == "unknown_tool" and res["ctx_calls"] == 2
+    stored = client.get(f"/v1/tool-calls/{res['tool_call_id']}", headers=rw).json()["data"]
+    assert [a["event"] for a in stored["audit"]] == [
+        "builtin.called",
+        "custom.computed",
+        "tool.invoked",
+    ]
+
+
+def test_runtimes_report_javascript(client: TestClient, rw) -> None:
+    js = client.get("/v1/custom-tools/runtimes", headers=rw).json()["data"]["javascript"]
+    assert js["available"] is True and js["isolation"]["seccomp"] == "allowlist"
+    assert set(js["isolation"]["namespaces"]) == {"mount", "pid", "network", "ipc", "uts"}
