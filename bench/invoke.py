@@ -30,6 +30,7 @@ import httpx
 
 TOKEN = "bench-admin-token"
 TOOL = "def main(**params):\n    return {'message': 'ok'}\n"
+JS_TOOL = "function main(params) { return { message: 'ok' } }"
 N_SEQ = int(os.environ.get("BENCH_SEQ", "1000"))
 N_CONC = int(os.environ.get("BENCH_CONC_CALLS", "3000"))
 CONC = int(os.environ.get("BENCH_CONCURRENCY", "16"))
@@ -77,17 +78,23 @@ def start_service(data: Path, port: int) -> subprocess.Popen[bytes]:
     raise SystemExit("the service did not become healthy")
 
 
-def bench_http(port: int) -> list[str]:
+def bench_http(port: int, language: str = "python") -> list[str]:
     base = f"http://127.0.0.1:{port}"
     auth = {"Authorization": f"Bearer {TOKEN}"}
+    code = TOOL if language == "python" else JS_TOOL
     with httpx.Client(base_url=base, headers=auth) as c:
         ws = c.get("/v1/workspaces").json()["data"][0]["id"]
         tool = c.post(
             "/v1/custom-tools",
-            json={"workspace_id": ws, "name": "bench", "language": "python", "code": TOOL},
+            json={
+                "workspace_id": ws,
+                "name": f"bench-{language}",
+                "language": language,
+                "code": code,
+            },
         ).json()["data"]
         url = f"/v1/custom-tools/{tool['id']}/invoke"
-        iso = c.get("/v1/custom-tools/runtimes").json()["data"]["python"]["isolation"]
+        iso = c.get("/v1/custom-tools/runtimes").json()["data"][language]["isolation"]
         for _ in range(50):
             c.post(url, json={"input": {}})
         lat = []
@@ -96,10 +103,11 @@ def bench_http(port: int) -> list[str]:
             r = c.post(url, json={"input": {}})
             lat.append((time.perf_counter() - t) * 1000)
             assert r.json()["data"]["status"] == "ok", r.text
-    rows = [row("Toolkiln, HTTP, sequential (1 client)", lat, 1000 / statistics.mean(lat))]
+    name = "Toolkiln" if language == "python" else "Toolkiln, JavaScript"
+    rows = [row(f"{name}, HTTP, sequential (1 client)", lat, 1000 / statistics.mean(lat))]
     conc_lat, rate = asyncio.run(_concurrent(base, auth, url))
-    rows.append(row(f"Toolkiln, HTTP, {CONC} concurrent clients", conc_lat, rate))
-    print(f"isolation layers on: {json.dumps(iso)}")
+    rows.append(row(f"{name}, HTTP, {CONC} concurrent clients", conc_lat, rate))
+    print(f"{language} isolation layers on: {json.dumps(iso)}")
     return rows
 
 
@@ -257,6 +265,7 @@ def main() -> None:
         proc = start_service(Path(tmp), port)
         try:
             rows += bench_http(port)
+            rows += bench_http(port, "javascript")
         finally:
             proc.terminate()
             proc.wait(timeout=10)

@@ -191,7 +191,8 @@ def test_runtimes_tell_the_truth(client: TestClient, rw) -> None:
     assert iso["seccomp"] == "allowlist" and iso["readonly_root"] is True
     assert iso["cgroup"] in {"v1", "v2"}
     assert {"name": "numpy", "version": "2.3.5"} in py["dependencies"]
-    assert data["javascript"]["available"] is True and data["javascript"]["isolation"]["cgroup"] in {"v1", "v2"}
+    js = data["javascript"]
+    assert js["available"] is True and js["isolation"]["cgroup"] in {"v1", "v2"}
     health = client.get("/healthz").json()
     assert health["runtimes"]["python"]["ready"] is True
 

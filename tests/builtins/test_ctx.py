@@ -179,3 +179,54 @@ def handle(input, ctx):
         tool_call_id="call-who-1",
     )
     assert res["raw_data"] == ["a1", "a1", "call-who-1", "c1", "u1"]
+
+
+SEED_000_JS = """
+export async function handle(input, ctx) {
+  const recipient = input.email;
+  const search = await ctx.tools.web_search({ query: `${input.topic} site:${input.domain}`, count: 3 });
+  await ctx.audit('found_sources', { count: search.results.length });
+  const result = await ctx.tools.send_email({
+    to: recipient,
+    subject: `Re: ${input.topic}`,
+    body_text: `Hi, here's what we found:\\n\\n${search.results.map((r) => r.url).join('\\n')}`,
+  });
+  if (result.error) {
+    return { ok: false, reason: result.error, details: result.details };
+  }
+  return { ok: true, message_id: result.message_id };
+}
+"""
+
+
+def test_seed_000_in_javascript_to_outbox_and_smtp(
+    outbox_service: Service, smtp_service: Service, smtp_server: SmtpServer
+) -> None:
+    payload = {"email": "me@example.org", "topic": "clay", "domain": "example.org"}
+    for svc in (outbox_service, smtp_service):
+        svc.policy(email_allowlist=["example.org"])
+        tool = svc.tool("search-and-email-js", SEED_000_JS, language="javascript")
+        res = svc.invoke(tool, payload)
+        assert res["status"] == "ok" and res["raw_data"]["ok"] is True, res
+        assert events(svc, res["tool_call_id"]) == [
+            ("builtin.called", "code", "web_search"),
+            ("custom.found_sources", "code", None),
+            ("builtin.called", "code", "send_email"),
+            ("tool.invoked", "api", None),
+        ]
+    mail = outbox_service.client.get("/v1/outbox", headers=outbox_service.headers).json()["data"][
+        -1
+    ]
+    assert mail["subject"] == "Re: clay" and "https://example.org/0" in mail["body_text"]
+    assert smtp_server.mailbox.messages[-1]["Subject"] == "Re: clay"
+    refused = outbox_service.invoke(
+        outbox_service.tool(
+            "js-refused", SEED_000_JS.replace("search-and-email", "x"), language="javascript"
+        ),
+        {**payload, "email": "x@evil.test"},
+    )
+    assert refused["raw_data"] == {
+        "ok": False,
+        "reason": "recipient_not_allowed",
+        "details": {"recipients": ["x@evil.test"]},
+    }

@@ -81,5 +81,6 @@ class JavaScriptSandbox(PythonSandbox):
         described["limits"]["heap_mb"] = self.limits.memory_mb // 2
         described["isolation"]["engine"] = "V8 (mini-racer, jitless), a fresh isolate per call"
         described["isolation"]["process_per_call"] = False
+        described["isolation"]["uid"] = "per-worker unprivileged uid"
         described["isolation"]["worker_recycled_after_calls"] = RECYCLE_AFTER
         return described
