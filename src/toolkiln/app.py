@@ -18,7 +18,7 @@ from toolkiln.builtins.search import WebSearch, make_provider
 from toolkiln.config import Settings
 from toolkiln.mcp_server.http import McpHttp
 from toolkiln.sandbox.js_runner import JavaScriptSandbox
-from toolkiln.sandbox.packages import PackageStore
+from toolkiln.sandbox.packages import JsPackageStore, PackageStore
 from toolkiln.sandbox.runner import Limits, PythonSandbox
 from toolkiln.services.access import AccessService
 from toolkiln.services.agents import AgentService
@@ -65,7 +65,7 @@ def build(settings: Settings, *, migrate: bool = True, sandbox: bool = True) -> 
             strict=not settings.sandbox_insecure,
         )
         sandboxes["javascript"] = JavaScriptSandbox(
-            PackageStore(settings.packages_dir),
+            JsPackageStore(settings.data_dir.resolve() / "packages" / "javascript"),
             limits=Limits(memory_mb=settings.sandbox_memory_mb),
             warm=settings.sandbox_js_workers,
             strict=not settings.sandbox_insecure,

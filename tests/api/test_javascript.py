@@ -125,3 +125,36 @@ def test_runtimes_report_javascript(client: TestClient, rw) -> None:
     js = client.get("/v1/custom-tools/runtimes", headers=rw).json()["data"]["javascript"]
     assert js["available"] is True and js["isolation"]["seccomp"] == "allowlist"
     assert set(js["isolation"]["namespaces"]) == {"mount", "pid", "network", "ipc", "uts"}
+
+
+def test_listed_packages_import_by_name_and_nothing_else(
+    client: TestClient, space: Space, rw
+) -> None:
+    code = (
+        "import _ from 'lodash';\n"
+        "import dayjs from 'dayjs';\n"
+        "import { z } from 'zod';\n"
+        "const lodash = require('lodash');\n"
+        "export function main(p) {\n"
+        "  const ok = z.object({ n: z.number() }).safeParse({ n: 'x' }).success;\n"
+        "  return { message: [_.chunk([1, 2, 3, 4], 2).length, dayjs('2026-01-31').add(1, 'month').format('YYYY-MM-DD'), ok, lodash === _].join(' ') };\n"
+        "}\n"
+    )
+    assert run(client, space, rw, code, timeout_ms=20000)["message"] == "2 2026-02-28 false true"
+    for bad in [
+        "const fs = require('fs');\nfunction main() { return { message: 'x' } }",
+        "import fs from 'node:fs';\nfunction main() { return { message: 'x' } }",
+    ]:
+        res = run(client, space, rw, bad)
+        assert (
+            res["error"]["code"] == "runtime_error"
+            and "Tools can require: dayjs, lodash, zod" in res["error"]["message"]
+        )
+    deps = client.get("/v1/custom-tools/runtimes", headers=rw).json()["data"]["javascript"][
+        "dependencies"
+    ]
+    assert deps == [
+        {"name": "dayjs", "version": "1.11.13"},
+        {"name": "lodash", "version": "4.17.21"},
+        {"name": "zod", "version": "3.23.8"},
+    ]

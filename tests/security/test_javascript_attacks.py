@@ -48,7 +48,7 @@ ATTACKS: list[tuple[str, str, Any]] = [
     ),
     (
         "symbol-for-inspect",
-        "function handle() { const s = Symbol.for('nodejs.util.inspect.custom'); const o = { [s]: () => 1 }; return typeof globalThis.require }",
+        "function handle() { const s = Symbol.for('nodejs.util.inspect.custom'); const o = { [s]: () => 1 }; return typeof globalThis.process }",
         returns("undefined"),
     ),
     (
@@ -101,7 +101,7 @@ ATTACKS: list[tuple[str, str, Any]] = [
     ("deno", "function handle() { return Deno.readTextFileSync('/etc/passwd') }", RUNTIME),
     (
         "globals-are-bare",
-        "function handle() { return ['process','require','Buffer','fetch','setTimeout','SharedArrayBuffer','Atomics','WebAssembly'].filter(n => typeof globalThis[n] !== 'undefined') }",
+        "function handle() { return ['process','Buffer','fetch','setTimeout','SharedArrayBuffer','Atomics','WebAssembly','Deno'].filter(n => typeof globalThis[n] !== 'undefined') }",
         returns([]),
     ),
     (
@@ -176,6 +176,16 @@ ATTACKS: list[tuple[str, str, Any]] = [
         "frozen-ctx",
         "function handle(i, ctx) { try { ctx.tools = null; ctx.agentId = 'forged' } catch (e) {} return [typeof ctx.tools, ctx.agentId === 'forged'] }",
         returns(["object", False]),
+    ),
+    (
+        "require-path-traversal",
+        "function handle() { return require('../../../../etc/passwd') }",
+        RUNTIME,
+    ),
+    (
+        "require-builtin-module",
+        "function handle() { try { require.cache = {} } catch (e) {} return typeof require('child_process') }",
+        RUNTIME,
     ),
 ]
 

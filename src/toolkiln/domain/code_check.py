@@ -203,3 +203,58 @@ def strip_exports(code: str) -> str:
                     keyword.end_byte - keyword.start_byte
                 )
     return raw.decode("utf-8", "surrogatepass")
+
+
+def js_requires(code: str) -> tuple[str, list[str]]:
+    """Top-level ``import`` statements rewritten as ``require`` calls on the same line, and the
+    module names the code imports or requires (string literals only)."""
+    root = _parse_js(code)
+    raw = code.encode("utf-8", "surrogatepass")
+    edits: list[tuple[int, int, bytes]] = []
+    names: list[str] = []
+    for stmt in root.named_children:
+        if stmt.type != "import_statement":
+            continue
+        source = stmt.child_by_field_name("source")
+        module = _text(source)[1:-1] if source is not None else ""
+        if not module:
+            continue
+        if module not in names:
+            names.append(module)
+        req = f"require({module!r})".encode()
+        clause = next((c for c in stmt.named_children if c.type == "import_clause"), None)
+        parts: list[str] = []
+        if clause is not None:
+            for part in clause.named_children:
+                if part.type == "identifier":
+                    parts.append(f"const {_text(part)} = __tk_default({req.decode()});")
+                elif part.type == "namespace_import":
+                    ident = next(c for c in part.named_children if c.type == "identifier")
+                    parts.append(f"const {_text(ident)} = {req.decode()};")
+                elif part.type == "named_imports":
+                    pairs = []
+                    for spec in part.named_children:
+                        name = _text(spec.child_by_field_name("name"))
+                        alias = spec.child_by_field_name("alias")
+                        pairs.append(f"{name}: {_text(alias)}" if alias is not None else name)
+                    parts.append(f"const {{ {', '.join(pairs)} }} = {req.decode()};")
+        line = " ".join(parts) if parts else f"{req.decode()};"
+        edits.append((stmt.start_byte, stmt.end_byte, line.encode()))
+    for start, end, replacement in reversed(edits):
+        raw = raw[:start] + replacement + raw[end:]
+    code = raw.decode("utf-8", "surrogatepass")
+    root = _parse_js(code)
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.type == "call_expression":
+            fn = node.child_by_field_name("function")
+            args = node.child_by_field_name("arguments")
+            if _text(fn) == "require" and args is not None and args.named_child_count == 1:
+                arg = args.named_children[0]
+                if arg.type == "string":
+                    name = _text(arg)[1:-1]
+                    if name not in names:
+                        names.append(name)
+        stack.extend(node.children)
+    return code, names

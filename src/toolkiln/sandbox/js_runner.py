@@ -13,8 +13,9 @@ from typing import Any
 
 import py_mini_racer
 
-from toolkiln.domain.code_check import strip_exports
+from toolkiln.domain.code_check import js_requires, strip_exports
 from toolkiln.domain.execution import RunOutcome, RunRequest
+from toolkiln.sandbox.packages import JS_PACKAGES, JsPackageStore
 from toolkiln.sandbox.pool import WarmChild
 from toolkiln.sandbox.runner import CtxAudit, CtxCall, PythonSandbox
 
@@ -34,10 +35,34 @@ class JavaScriptSandbox(PythonSandbox):
         config["preload"] = ["asyncio", "json", "re"]
         config["curated"] = {}
 
+    packages: JsPackageStore
+
     def run(self, req: RunRequest, on_call: CtxCall, on_audit: CtxAudit) -> RunOutcome:
-        return super().run(
-            dataclasses.replace(req, code=strip_exports(req.code)), on_call, on_audit
+        """Listed packages the code imports are installed (by the host) before it runs."""
+        code, names = js_requires(strip_exports(req.code))
+        listed = [n for n in names if n in JS_PACKAGES]
+        problems = self.packages.install(listed)
+        if problems:
+            return RunOutcome("infra", message="; ".join(problems))
+        modules = {
+            n: f"/pkgs/node_modules/{n}/{JS_PACKAGES[n][1]}"
+            for n in listed
+            if self.packages.installed(n)
+        }
+        # The module map rides in the context to the frame builder (per call, so concurrent
+        # calls cannot see each other's); it is taken out before the frame is sent.
+        return self._run_once(
+            dataclasses.replace(req, code=code, context={**req.context, "__modules": modules}),
+            on_call,
+            on_audit,
         )
+
+    def _request_frame(self, req: RunRequest) -> dict[str, Any]:
+        context = dict(req.context)
+        frame = super()._request_frame(dataclasses.replace(req, context=context))
+        frame["modules"] = context.pop("__modules", {})
+        frame["listed"] = sorted(JS_PACKAGES)
+        return frame
 
     def _take(self, timeout: float) -> WarmChild:
         return self.template.take(timeout=timeout, replenish=False)
@@ -76,7 +101,7 @@ class JavaScriptSandbox(PythonSandbox):
                 "tools['<name>'](input) -> Promise",
                 "audit(event, data?) -> Promise",
             ],
-            dependencies=[],
+            dependencies=self.packages.listing(),
         )
         described["limits"]["heap_mb"] = self.limits.memory_mb // 2
         described["isolation"]["engine"] = "V8 (mini-racer, jitless), a fresh isolate per call"

@@ -7,6 +7,8 @@ sandbox sees read-only at ``/pkgs``.
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -76,3 +78,48 @@ def _readable(root: Path) -> None:
         wanted = mode | 0o444 | (0o111 if path.is_dir() else 0)
         if wanted != mode:
             path.chmod(wanted)
+
+
+# name -> (pinned version, its single-file UMD build inside the package)
+JS_PACKAGES: dict[str, tuple[str, str]] = {
+    "lodash": ("4.17.21", "lodash.js"),
+    "dayjs": ("1.11.13", "dayjs.min.js"),
+    "zod": ("3.23.8", "lib/index.umd.js"),
+}
+
+
+class JsPackageStore(PackageStore):
+    """The curated JavaScript packages, installed by the host with npm (scripts disabled)
+    into ``<data dir>/packages/javascript``, which JavaScript workers see read-only."""
+
+    def listing(self) -> list[dict[str, str]]:
+        return [{"name": n, "version": v} for n, (v, _) in sorted(JS_PACKAGES.items())]
+
+    def installed(self, name: str) -> bool:
+        entry = JS_PACKAGES[name][1]
+        return (self.root / "node_modules" / name / entry).is_file()
+
+    def install(self, import_names: list[str]) -> list[str]:
+        wanted = sorted(
+            f"{n}@{JS_PACKAGES[n][0]}"
+            for n in import_names
+            if n in JS_PACKAGES and not self.installed(n)
+        )
+        if not wanted:
+            return []
+        npm = shutil.which("npm")
+        if npm is None:
+            return ["npm is not installed on the host"]
+        with self._lock:
+            cmd = [npm, "install", "--prefix", str(self.root), "--no-audit", "--no-fund",
+                   "--ignore-scripts", "--omit=dev", "--no-save", *wanted]  # fmt: skip
+            log.info("installing JavaScript packages: %s", " ".join(wanted))
+            env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLKILN_")}
+            done = subprocess.run(
+                cmd, capture_output=True, text=True, timeout=600, check=False, env=env
+            )
+            _readable(self.root)
+        if done.returncode != 0:
+            log.error("npm install failed: %s", done.stderr[-2000:])
+            return [f"npm failed installing {' '.join(wanted)}: {done.stderr.strip()[-500:]}"]
+        return []

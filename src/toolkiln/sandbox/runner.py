@@ -203,16 +203,7 @@ class PythonSandbox:
         reader = frames.Reader(child.sock)
         outcome: RunOutcome | None = None
         try:
-            frames.send(
-                child.sock,
-                {
-                    "code": req.code,
-                    "entry": req.entry,
-                    "input": req.input,
-                    "timeout_ms": req.timeout_ms,
-                    "context": req.context,
-                },
-            )
+            frames.send(child.sock, self._request_frame(req))
             while True:
                 msg = reader.recv(self.limits.max_frame_bytes, deadline)
                 op = msg.get("op") if isinstance(msg, dict) else None
@@ -238,6 +229,15 @@ class PythonSandbox:
         outcome.duration_ms = (time.perf_counter() - started) * 1000
         outcome.ctx_calls = calls
         return outcome
+
+    def _request_frame(self, req: RunRequest) -> dict[str, Any]:
+        return {
+            "code": req.code,
+            "entry": req.entry,
+            "input": req.input,
+            "timeout_ms": req.timeout_ms,
+            "context": req.context,
+        }
 
     def _configure(self, config: dict[str, Any]) -> None:
         """Hook for other runtimes on the same jail."""

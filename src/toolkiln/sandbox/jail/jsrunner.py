@@ -61,6 +61,24 @@ INSTALL_CTX = """(host, info) => {
   Object.defineProperty(globalThis, '__tk_ctx', { value: ctx });
 }"""
 
+LOADER = """(sourcesJson, listedJson) => {
+  const sources = JSON.parse(sourcesJson), listed = JSON.parse(listedJson), cache = {};
+  const has = (o, k) => Object.prototype.hasOwnProperty.call(o, k);
+  const require = (name) => {
+    if (has(cache, name)) return cache[name];
+    if (!has(sources, name)) {
+      throw new Error(`Cannot find module '${name}'. Tools can require: ${listed.join(', ')}`);
+    }
+    const module = { exports: {} };
+    (new Function('module', 'exports', 'require', sources[name]))(module, module.exports, require);
+    cache[name] = module.exports;
+    return module.exports;
+  };
+  Object.defineProperty(globalThis, 'require', { value: require });
+  Object.defineProperty(globalThis, '__tk_default',
+                        { value: (m) => (m && m.__esModule && 'default' in m ? m.default : m) });
+}"""
+
 RUNNER = """async (input) => __tk_finish(await __ENTRY__(__tk_parse(input), __tk_ctx))"""
 
 
@@ -95,8 +113,13 @@ def _error(exc: BaseException) -> dict:
     text = str(exc)
     first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
     first = first.removeprefix("JavaScript rejected promise with reason: ")
-    kind, _, message = first.partition(": ")
     line, column = _where(text)
+    # Errors thrown while the script loads read "<anonymous>:7 Error: ...".
+    located = re.match(r"<anonymous>:(\d+)(?::(\d+))?:?\s*", first)
+    if located:
+        line = line or int(located.group(1))
+        first = first[located.end() :]
+    kind, _, message = first.partition(": ")
     name = type(exc).__name__
     if name == "JSOOMException":
         return {
@@ -133,6 +156,11 @@ async def _run(mr, req: dict, link, heap_bytes: int) -> dict:
     async with mr.wrap_py_function(host) as js_host:
         mr.eval(PRELUDE.replace("__TK_LOG_CAP__", str(int(req.get("log_cap", 65536)))))
         mr.eval(INSTALL_CTX)(js_host, json.dumps(req.get("context") or {}))
+        sources = {}
+        for name, path in (req.get("modules") or {}).items():
+            with open(path, encoding="utf-8") as f:  # under /pkgs, read-only
+                sources[name] = f.read()
+        mr.eval(LOADER)(json.dumps(sources), json.dumps(req.get("listed") or []))
         try:
             mr.eval(req["code"])
         except Exception as exc:
