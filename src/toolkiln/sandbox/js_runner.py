@@ -29,8 +29,8 @@ class JavaScriptSandbox(PythonSandbox):
     def _configure(self, config: dict[str, Any]) -> None:
         engine = Path(py_mini_racer.__file__).resolve().parent
         config["runtime"] = "javascript"
-        config["js_engine_parent"] = str(engine.parent)
-        config["ro_paths"] = [*config["ro_paths"], str(engine)]
+        config["js_engine_parent"] = str(engine.parent)  # only without a jail (insecure mode)
+        config["binds"] = {"/engine/py_mini_racer": str(engine)}
         config["js_heap_mb"] = self.limits.memory_mb // 2
         config["preload"] = ["asyncio", "json", "re"]
         config["curated"] = {}

@@ -48,9 +48,10 @@ def _bind_fd(fd: int, target: str, layers: dict) -> None:
 
 def _build_root(cfg: dict, layers: dict) -> None:
     linux.mount(None, "/", None, linux.MS_REC | linux.MS_PRIVATE)
+    binds = cfg.get("binds", {})  # jail path -> host path, for what must not keep its own path
     sources = {
         p: os.open(p, os.O_PATH | os.O_DIRECTORY)
-        for p in [*cfg["ro_paths"], cfg["packages_dir"]]
+        for p in [*cfg["ro_paths"], cfg["packages_dir"], *binds.values()]
         if os.path.isdir(p) and not os.path.islink(p)
     }
     # A private /tmp of this namespace holds the new root; the host's /tmp is untouched.
@@ -65,6 +66,8 @@ def _build_root(cfg: dict, layers: dict) -> None:
         elif path in sources:
             _bind_fd(sources.pop(path), r + path, layers)
     _bind_fd(sources.pop(cfg["packages_dir"]), r + "/pkgs", layers)
+    for target, source in binds.items():
+        _bind_fd(sources.pop(source), r + target, layers)
     os.makedirs(r + "/dev")
     linux.mount(
         "tmpfs", r + "/dev", "tmpfs", linux.MS_NOSUID | linux.MS_NOEXEC, "size=64k,mode=0755"
@@ -249,14 +252,16 @@ def main() -> None:
     global _mini_racer
     cfg = json.loads(sys.argv[1])
     ctl = socket.socket(fileno=int(sys.argv[2]))
+    pyrunner.preload(cfg.get("preload", pyrunner.PRELOAD))
+    state = _setup(cfg, ctl)
     if cfg.get("runtime") == "javascript":
-        # The engine's Python side is imported here; V8 itself starts in each worker.
-        sys.path.insert(0, cfg["js_engine_parent"])
+        # Imported from inside the new root (where the engine is bound at /engine), so the
+        # engine finds its library and ICU data there; V8 itself starts in each worker.
+        jailed = os.path.isdir("/engine/py_mini_racer")
+        sys.path.insert(0, "/engine" if jailed else cfg["js_engine_parent"])
         import py_mini_racer
 
         _mini_racer = py_mini_racer
-    pyrunner.preload(cfg.get("preload", pyrunner.PRELOAD))
-    state = _setup(cfg, ctl)
     # Children are short-lived forks: keep the collector from walking (and so copying)
     # every inherited object page.
     gc.collect()
