@@ -77,7 +77,7 @@ def test_errors_name_the_line(client: TestClient, space: Space, rw) -> None:
         res["error"]["details"]["type"] == "RangeError"
         and res["error"]["details"]["message"] == "too far 1"
     )
-    assert res["error"]["details"]["line"] == 3
+    assert res["error"]["details"]["line"] == 3 and res["error"]["details"]["column"] == 9
     syntax = client.post(
         "/v1/run-code", json={"language": "javascript", "code": "function main( {"}, headers=rw
     ).json()["data"]

@@ -36,6 +36,7 @@ class RunOutcome:
     error_type: str | None = None
     message: str = ""
     line: int | None = None
+    column: int | None = None
     stdout: str = ""
     stderr: str = ""
     duration_ms: float = 0.0

@@ -110,7 +110,9 @@ def _kind(value: Any) -> str:
 
 def _failure(run: RunOutcome) -> dict[str, Any]:
     if run.kind == "exception":
-        details = {"type": run.error_type, "message": run.message, "line": run.line}
+        details: dict[str, Any] = {"type": run.error_type, "message": run.message, "line": run.line}
+        if run.column is not None:
+            details["column"] = run.column
         text = f"{run.error_type}: {run.message}" if run.message else str(run.error_type)
         return error("runtime_error", text, details)
     table = {

@@ -269,8 +269,9 @@ class PythonSandbox:
             out.kind = "memory" if etype == "MemoryError" else "exception"
             out.error_type = etype
             out.message = str(msg.get("message", ""))[:2000]
-            line = msg.get("line")
+            line, column = msg.get("line"), msg.get("column")
             out.line = line if isinstance(line, int) else None
+            out.column = column if isinstance(column, int) else None
         elif kind == "unserializable":
             out.kind, out.message = "unserializable", str(msg.get("message", ""))[:500]
         elif kind == "too_large":
