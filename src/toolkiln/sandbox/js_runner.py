@@ -8,6 +8,7 @@ a worker serves several calls, each in a fresh V8 isolate, and is retired after
 from __future__ import annotations
 
 import dataclasses
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,14 @@ from toolkiln.sandbox.pool import WarmChild
 from toolkiln.sandbox.runner import CtxAudit, CtxCall, PythonSandbox
 
 RECYCLE_AFTER = 50
+
+
+@functools.lru_cache(maxsize=512)
+def _prepared(code: str) -> tuple[str, list[str]]:
+    """The script form of a tool's code and the modules it imports, parsed once per code."""
+    return js_requires(strip_exports(code))
+
+
 CLEAN = {"return", "exception"}
 
 
@@ -39,7 +48,7 @@ class JavaScriptSandbox(PythonSandbox):
 
     def run(self, req: RunRequest, on_call: CtxCall, on_audit: CtxAudit) -> RunOutcome:
         """Listed packages the code imports are installed (by the host) before it runs."""
-        code, names = js_requires(strip_exports(req.code))
+        code, names = _prepared(req.code)
         listed = [n for n in names if n in JS_PACKAGES]
         problems = self.packages.install(listed)
         if problems:
