@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from urllib.parse import parse_qs, urlsplit
 
+import pytest
+
 from tests.builtins.conftest import SMTP_USER, Service, SmtpServer
 
 
@@ -93,17 +95,14 @@ def test_search_providers(outbox_service: Service, smtp_service: Service) -> Non
     assert outbox_service.builtin("web_search", {"count": 2})["error"] == "invalid_input"
 
 
-def test_search_without_a_provider_is_not_configured(smtp_service: Service) -> None:
+def test_search_without_a_provider_is_not_configured() -> None:
     from toolkiln.builtins.search import WebSearch
     from toolkiln.domain.builtin import BuiltinCall, BuiltinFailure
     from toolkiln.domain.records import Policy
 
-    try:
+    with pytest.raises(BuiltinFailure) as caught:
         WebSearch(None).call({"query": "x"}, BuiltinCall("w", Policy(), "api"))
-    except BuiltinFailure as failure:
-        assert failure.envelope()["error"] == "not_configured"
-    else:
-        raise AssertionError("expected not_configured")
+    assert caught.value.envelope()["error"] == "not_configured"
 
 
 def test_surface_file_signed_links(outbox_service: Service) -> None:

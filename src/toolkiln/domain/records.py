@@ -12,7 +12,6 @@ from toolkiln.domain.problems import Problem, nul_problems, problem
 T = TypeVar("T")
 
 BUILTIN_NAMES = ("calculate", "send_email", "web_search", "surface_file", "run_code")
-AUDIT_SOURCES = ("llm", "code", "api")
 
 
 @dataclass(slots=True)

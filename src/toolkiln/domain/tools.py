@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -70,7 +70,6 @@ class ToolVersion:
     input_schema: dict[str, Any]
     timeout_ms: int
     created_at: datetime
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def check_name(name: str) -> list[Problem]:

@@ -58,20 +58,8 @@ class JavaScriptSandbox(PythonSandbox):
             for n in listed
             if self.packages.installed(n)
         }
-        # The module map rides in the context to the frame builder (per call, so concurrent
-        # calls cannot see each other's); it is taken out before the frame is sent.
-        return self._run_once(
-            dataclasses.replace(req, code=code, context={**req.context, "__modules": modules}),
-            on_call,
-            on_audit,
-        )
-
-    def _request_frame(self, req: RunRequest) -> dict[str, Any]:
-        context = dict(req.context)
-        frame = super()._request_frame(dataclasses.replace(req, context=context))
-        frame["modules"] = context.pop("__modules", {})
-        frame["listed"] = sorted(JS_PACKAGES)
-        return frame
+        extra = {"modules": modules, "listed": sorted(JS_PACKAGES)}
+        return self._run_once(dataclasses.replace(req, code=code), on_call, on_audit, extra)
 
     def _take(self, timeout: float) -> WarmChild:
         return self.template.take(timeout=timeout, replenish=False)

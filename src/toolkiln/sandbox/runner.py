@@ -192,7 +192,14 @@ class PythonSandbox:
             return self._run_once(req, on_call, on_audit)
         return outcome
 
-    def _run_once(self, req: RunRequest, on_call: CtxCall, on_audit: CtxAudit) -> RunOutcome:
+    def _run_once(
+        self,
+        req: RunRequest,
+        on_call: CtxCall,
+        on_audit: CtxAudit,
+        extra: dict[str, Any] | None = None,
+    ) -> RunOutcome:
+        """One call; ``extra`` adds runtime-specific fields to the request frame."""
         started = time.perf_counter()
         deadline = time.monotonic() + req.timeout_ms / 1000
         try:
@@ -203,7 +210,14 @@ class PythonSandbox:
         reader = frames.Reader(child.sock)
         outcome: RunOutcome | None = None
         try:
-            frames.send(child.sock, self._request_frame(req))
+            frame = {
+                "code": req.code,
+                "entry": req.entry,
+                "input": req.input,
+                "timeout_ms": req.timeout_ms,
+                "context": req.context,
+            }
+            frames.send(child.sock, {**frame, **(extra or {})})
             while True:
                 msg = reader.recv(self.limits.max_frame_bytes, deadline)
                 op = msg.get("op") if isinstance(msg, dict) else None
@@ -229,15 +243,6 @@ class PythonSandbox:
         outcome.duration_ms = (time.perf_counter() - started) * 1000
         outcome.ctx_calls = calls
         return outcome
-
-    def _request_frame(self, req: RunRequest) -> dict[str, Any]:
-        return {
-            "code": req.code,
-            "entry": req.entry,
-            "input": req.input,
-            "timeout_ms": req.timeout_ms,
-            "context": req.context,
-        }
 
     def _configure(self, config: dict[str, Any]) -> None:
         """Hook for other runtimes on the same jail."""

@@ -120,11 +120,14 @@ class InvokeService:
 
     def invoke(self, principal: Principal, tool_id: str, payload: Any, who: CallContext) -> Result:
         principal.require("invoke")
-        with self._uow(readonly=True) as tx:
+        call_id = self._call_id(who.tool_call_id)
+        with self._uow(readonly=True) as tx:  # one read: the tool and the call id
             tool = tx.tools.get(tool_id)
-        if tool is None or not principal.can_see(tool.workspace_id):
-            raise NotFound("No custom tool with that id.")
-        return self.invoke_tool(tool, payload, who)
+            if tool is None or not principal.can_see(tool.workspace_id):
+                raise NotFound("No custom tool with that id.")
+            if tx.calls.exists(call_id):
+                raise _duplicate()
+        return self._start(tool, payload, who, call_id)
 
     def invoke_tool(self, tool: Tool, payload: Any, who: CallContext) -> Result:
         """Invoke a tool the caller has already been allowed to reach (possibly a pinned
@@ -133,6 +136,9 @@ class InvokeService:
         with self._uow(readonly=True) as tx:
             if tx.calls.exists(call_id):
                 raise _duplicate()
+        return self._start(tool, payload, who, call_id)
+
+    def _start(self, tool: Tool, payload: Any, who: CallContext, call_id: str) -> Result:
         budget = _Budget(time.monotonic() + tool.timeout_ms / 1000)
         return self._invoke(tool, payload, who, call_id, budget, ())
 

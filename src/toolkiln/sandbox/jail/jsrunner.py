@@ -13,7 +13,6 @@ import asyncio
 import json
 import re
 import socket
-import sys
 
 import frames
 
@@ -215,4 +214,3 @@ def serve(sock: socket.socket, cfg: dict, mr_module: object, link_factory) -> No
         if len(data) > int(cfg["max_result_bytes"]):
             data = frames.encode({"op": "result", "kind": "too_large", "size": len(data)})
         sock.sendall(data)
-        sys.stdout.flush()
