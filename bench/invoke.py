@@ -163,9 +163,19 @@ def bench_sandbox_only() -> list[str]:
         try:
             req = RunRequest("python", TOOL, "main", {}, 5000)
 
+            class Link:
+                def admit(self) -> bool:
+                    return True
+
+                def call(self, name: str, payload: object) -> object:
+                    return None
+
+                def audit(self, event: str, data: object) -> None:
+                    return None
+
             def once() -> float:
                 t = time.perf_counter()
-                out = sandbox.run(req, lambda n, p: None, lambda e, d: None)
+                out = sandbox.run(req, Link())
                 assert out.kind == "return", out
                 return (time.perf_counter() - t) * 1000
 

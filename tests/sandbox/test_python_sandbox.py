@@ -14,12 +14,17 @@ from toolkiln.sandbox.pool import SandboxUnavailable
 from toolkiln.sandbox.runner import PythonSandbox
 
 
-def no_ctx(name: str, payload: object) -> object:
-    return {"error": "unknown_tool"}
+class NoCtx:
+    """A run link with no platform behind it: every ctx call is an unknown tool."""
 
+    def admit(self) -> bool:
+        return True
 
-def no_audit(event: str, data: object) -> None:
-    return None
+    def call(self, name: str, payload: object) -> object:
+        return {"error": "unknown_tool"}
+
+    def audit(self, event: str, data: object) -> None:
+        return None
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +35,7 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PythonSandbox]
 
 
 def run(sb: PythonSandbox, code: str, timeout_ms: int = 5000):
-    return sb.run(RunRequest("python", code, "handle", {}, timeout_ms), no_ctx, no_audit)
+    return sb.run(RunRequest("python", code, "handle", {}, timeout_ms), NoCtx())
 
 
 def test_a_listed_package_installs_on_first_import(sandbox: PythonSandbox) -> None:

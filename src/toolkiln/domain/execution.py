@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 OutcomeKind = Literal[
     "return",  # the code returned a value (not yet checked against the contract)
@@ -16,7 +16,19 @@ OutcomeKind = Literal[
     "crash",  # the process ended without a report
     "garbled",  # the process sent something that is not a valid report
     "infra",  # the service failed; not the tool's fault
+    "not_admitted",  # the link refused the run once a process was ready (nothing ran)
 ]
+
+
+@dataclass(slots=True)
+class ResourceShare:
+    """Resources one root call shares with every sandbox run nested under it.
+
+    Opaque to the services: the sandbox fills ``group`` on the root run (its resource
+    group, e.g. a cgroup) and charges nested runs to the same group, so the per-call
+    memory and CPU caps hold for the whole tree of runs, not per process."""
+
+    group: Any = None
 
 
 @dataclass(slots=True)
@@ -27,6 +39,9 @@ class RunRequest:
     input: dict[str, Any]
     timeout_ms: int
     context: dict[str, Any] = field(default_factory=dict)
+    workspace_id: str = ""  # whose call this is (fair shares between workspaces)
+    call_id: str = ""  # the call the run belongs to (every frame is tied to it)
+    share: ResourceShare | None = None  # None: a root run with resources of its own
 
 
 @dataclass(slots=True)
@@ -42,3 +57,24 @@ class RunOutcome:
     duration_ms: float = 0.0
     ctx_calls: int = 0
     details: dict[str, Any] = field(default_factory=dict)
+
+
+class RunLink(Protocol):
+    """One run's way back to the platform, made per run by the service and dropped after.
+
+    The sandbox never holds a service: it gets this for one run and calls it from the
+    thread that runs the call."""
+
+    def admit(self) -> bool:
+        """Called once a sandbox process is ready, before any byte of the tool is sent:
+        False refuses the run (outcome ``not_admitted``), e.g. the tool was disabled
+        while the call waited for a process."""
+        ...
+
+    def call(self, name: str, payload: Any) -> Any:
+        """A ``ctx.tools`` call; returns the value or error envelope the code receives."""
+        ...
+
+    def audit(self, event: str, data: Any) -> None:
+        """A ``ctx.audit`` row."""
+        ...

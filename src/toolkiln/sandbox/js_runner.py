@@ -15,10 +15,10 @@ from typing import Any
 import py_mini_racer
 
 from toolkiln.domain.code_check import js_requires, strip_exports
-from toolkiln.domain.execution import RunOutcome, RunRequest
+from toolkiln.domain.execution import RunLink, RunOutcome, RunRequest
 from toolkiln.sandbox.packages import JS_PACKAGES, JsPackageStore
 from toolkiln.sandbox.pool import WarmChild
-from toolkiln.sandbox.runner import CtxAudit, CtxCall, PythonSandbox
+from toolkiln.sandbox.runner import PythonSandbox
 
 RECYCLE_AFTER = 50
 
@@ -29,7 +29,7 @@ def _prepared(code: str) -> tuple[str, list[str]]:
     return js_requires(strip_exports(code))
 
 
-CLEAN = {"return", "exception"}
+CLEAN = {"return", "exception", "not_admitted"}
 
 
 class JavaScriptSandbox(PythonSandbox):
@@ -46,7 +46,7 @@ class JavaScriptSandbox(PythonSandbox):
 
     packages: JsPackageStore
 
-    def run(self, req: RunRequest, on_call: CtxCall, on_audit: CtxAudit) -> RunOutcome:
+    def run(self, req: RunRequest, link: RunLink) -> RunOutcome:
         """Listed packages the code imports are installed (by the host) before it runs."""
         code, names = _prepared(req.code)
         listed = [n for n in names if n in JS_PACKAGES]
@@ -59,7 +59,7 @@ class JavaScriptSandbox(PythonSandbox):
             if self.packages.installed(n)
         }
         extra = {"modules": modules, "listed": sorted(JS_PACKAGES)}
-        return self._run_once(dataclasses.replace(req, code=code), on_call, on_audit, extra)
+        return self._run_once(dataclasses.replace(req, code=code), link, extra)
 
     def _take(self, timeout: float) -> WarmChild:
         return self.template.take(timeout=timeout, replenish=False)

@@ -9,12 +9,11 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from toolkiln.domain.execution import RunOutcome, RunRequest
+from toolkiln.domain.execution import RunLink, RunOutcome, RunRequest
 from toolkiln.sandbox.cgroups import Cgroups
 from toolkiln.sandbox.jail import frames
 from toolkiln.sandbox.packages import PYTHON_PACKAGES, PackageStore
@@ -33,10 +32,6 @@ def _uid_base() -> int:
         raise SandboxUnavailable("at most 64 sandboxes per process (each needs its own uids)")
     slot = (os.getpid() % 1000) * 64 + instance
     return 1_000_000 + slot * UIDS_PER_SANDBOX
-
-
-CtxCall = Callable[[str, Any], Any]
-CtxAudit = Callable[[str, Any], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,22 +176,21 @@ class PythonSandbox:
             "dependencies": self.packages.listing(),
         }
 
-    def run(self, req: RunRequest, on_call: CtxCall, on_audit: CtxAudit) -> RunOutcome:
-        outcome = self._run_once(req, on_call, on_audit)
+    def run(self, req: RunRequest, link: RunLink) -> RunOutcome:
+        outcome = self._run_once(req, link)
         needed = outcome.details.pop("needed_packages", None)
         if needed and outcome.details.pop("failed_on_load", False):
             problems = self.packages.install(needed)
             if problems:
                 outcome.details["install_problems"] = problems
                 return outcome
-            return self._run_once(req, on_call, on_audit)
+            return self._run_once(req, link)
         return outcome
 
     def _run_once(
         self,
         req: RunRequest,
-        on_call: CtxCall,
-        on_audit: CtxAudit,
+        link: RunLink,
         extra: dict[str, Any] | None = None,
     ) -> RunOutcome:
         """One call; ``extra`` adds runtime-specific fields to the request frame."""
@@ -206,6 +200,9 @@ class PythonSandbox:
             child = self._take(max(1.0, req.timeout_ms / 1000))
         except SandboxUnavailable as exc:
             return RunOutcome("infra", message=str(exc))
+        if not link.admit():
+            self._release(child, RunOutcome("not_admitted"))
+            return RunOutcome("not_admitted")
         calls = 0
         reader = frames.Reader(child.sock)
         outcome: RunOutcome | None = None
@@ -223,10 +220,10 @@ class PythonSandbox:
                 op = msg.get("op") if isinstance(msg, dict) else None
                 if op == "call":
                     calls += 1
-                    reply = on_call(str(msg.get("tool")), msg.get("input"))
+                    reply = link.call(str(msg.get("tool")), msg.get("input"))
                     frames.send(child.sock, {"id": msg.get("id"), "result": reply})
                 elif op == "audit":
-                    on_audit(str(msg.get("event")), msg.get("data"))
+                    link.audit(str(msg.get("event")), msg.get("data"))
                 elif op == "result":
                     outcome = self._from_report(msg)
                     break

@@ -74,7 +74,10 @@ class _CallState:
     chain: tuple[str, ...] = ()
     rows: list[AuditRow] = field(default_factory=list)
 
-    def on_call(self, name: str, payload: Any) -> Any:
+    def admit(self) -> bool:
+        return True
+
+    def call(self, name: str, payload: Any) -> Any:
         self.budget.used += 1
         if self.budget.used > MAX_CTX_CALLS:
             return envelope("call_limit", "", {"max_calls": MAX_CTX_CALLS})
@@ -84,7 +87,7 @@ class _CallState:
             return envelope("unknown_tool", "Tool names are 1-128 characters.")
         return self.service._dispatch(name, payload, self)
 
-    def on_audit(self, event: str, data: Any) -> None:
+    def audit(self, event: str, data: Any) -> None:
         if len(self.rows) >= 200 or not isinstance(event, str) or not 0 < len(event) <= 64:
             return
         if nul_problems("data", data) or nul_problems("event", event):
@@ -339,7 +342,7 @@ class InvokeService:
         )
         started = time.perf_counter()
         try:
-            return runner.run(request, state.on_call, state.on_audit)
+            return runner.run(request, state)
         except Exception as exc:
             return RunOutcome(
                 "infra",

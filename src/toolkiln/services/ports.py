@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from toolkiln.domain.builtin import BuiltinCall, BuiltinSpec
-from toolkiln.domain.execution import RunOutcome, RunRequest
+from toolkiln.domain.execution import RunLink, RunOutcome, RunRequest
 from toolkiln.domain.records import (
     Agent,
     AuditFilter,
@@ -116,14 +115,10 @@ class UnitOfWorkFactory(Protocol):
     def __call__(self, readonly: bool = False) -> AbstractContextManager[UnitOfWork]: ...
 
 
-CtxCall = Callable[[str, Any], Any]
-CtxAudit = Callable[[str, Any], None]
-
-
 class CodeRunner(Protocol):
     """Runs code in a sandbox; the host side classifies what happened."""
 
-    def run(self, req: RunRequest, on_call: CtxCall, on_audit: CtxAudit) -> RunOutcome: ...
+    def run(self, req: RunRequest, link: RunLink) -> RunOutcome: ...
     def describe(self) -> dict[str, Any]: ...
 
 
