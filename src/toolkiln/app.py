@@ -75,6 +75,7 @@ def build(settings: Settings, *, migrate: bool = True, sandbox: bool = True) -> 
     uow = database.transaction
     tools = ToolService(uow)
     invoke = InvokeService(uow, runners, tools)
+    tools.cases.bind(invoke.test)  # test cases run once each, uncounted, like POST /test
     files = FileService(
         uow, settings.data_dir / "files", settings.signing_key(), settings.resolved_public_url()
     )

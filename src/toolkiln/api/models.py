@@ -7,6 +7,7 @@ from typing import Any, Generic, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from toolkiln.domain import limits
+from toolkiln.domain.testcases import DEFAULT_CALLERS, MAX_CASE_NAME_CHARS, MAX_TEST_CASES
 
 T = TypeVar("T")
 
@@ -33,6 +34,47 @@ class PolicyPatch(Body):
     max_timeout_ms: int | None = None
 
 
+class Expect(Body):
+    """A partial Result: every key given must equal the run's (``raw_data`` as JSON)."""
+
+    status: Literal["ok", "error"] | None = None
+    message: str | None = None
+    raw_data: Any = None
+    error_code: str | None = None
+
+
+class TestCaseIn(Body):
+    __test__ = False  # not a pytest class, whatever its name
+    name: str = Field(min_length=1, max_length=MAX_CASE_NAME_CHARS)
+    input: dict[str, Any] = Field(default_factory=dict)
+    expect: Expect = Field(default_factory=Expect)
+
+
+Caller = Literal["direct", "code"]
+
+
+def _cases() -> Any:
+    return Field(
+        default_factory=list,
+        max_length=MAX_TEST_CASES,
+        description="Run before the version is stored; see allow_failing_tests.",
+    )
+
+
+def _callers() -> Any:
+    return Field(
+        default_factory=lambda: list(DEFAULT_CALLERS),
+        min_length=1,
+        description="Where the tool may be called from: directly, and from code (code mode).",
+    )
+
+
+def _allow_failing() -> Any:
+    return Field(
+        False, description="Store the version even when its test cases fail (they are not run)."
+    )
+
+
 class ToolFields(Body):
     description: str | None = None
     parameters: dict[str, Any] | None = None
@@ -40,6 +82,9 @@ class ToolFields(Body):
     execution_message_description: str | None = None
     enable_globally: bool = False
     timeout_ms: int = limits.DEFAULT_TIMEOUT_MS
+    test_cases: list[TestCaseIn] = _cases()
+    allowed_callers: list[Caller] = _callers()
+    allow_failing_tests: bool = _allow_failing()
 
 
 class ToolCreate(ToolFields):
@@ -59,6 +104,10 @@ class ToolPatch(Body):
     execution_message_description: str | None = None
     enable_globally: bool | None = None
     timeout_ms: int | None = None
+    # Not nullable: left out they stay as they are; a null is refused.
+    test_cases: list[TestCaseIn] = _cases()
+    allowed_callers: list[Caller] = _callers()
+    allow_failing_tests: bool = _allow_failing()
 
 
 class DisableIn(Body):
@@ -111,6 +160,8 @@ class Tool(BaseModel):
     version: int
     created_at: str
     updated_at: str
+    test_cases: list[dict[str, Any]]
+    allowed_callers: list[str]
 
 
 class ToolVersion(BaseModel):
@@ -123,6 +174,8 @@ class ToolVersion(BaseModel):
     input_schema: dict[str, Any]
     timeout_ms: int
     created_at: str
+    test_cases: list[dict[str, Any]]
+    allowed_callers: list[str]
 
 
 class AuditRow(BaseModel):
@@ -214,3 +267,20 @@ class Runtime(BaseModel):
 class Runtimes(BaseModel):
     python: Runtime
     javascript: Runtime
+
+
+class CaseReport(BaseModel):
+    name: str
+    passed: bool
+    result: Result
+    mismatch: list[dict[str, Any]] | None = Field(
+        description="Each key of expect the run did not match: {field, expected, actual}."
+    )
+
+
+class TestRun(BaseModel):
+    __test__ = False
+    version: int
+    passed: int
+    failed: int
+    cases: list[CaseReport]

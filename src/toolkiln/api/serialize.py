@@ -54,6 +54,8 @@ def tool(t: Tool) -> dict[str, Any]:
         "version": t.version,
         "created_at": rfc3339(t.created_at),
         "updated_at": rfc3339(t.updated_at),
+        "test_cases": t.test_cases,
+        "allowed_callers": t.allowed_callers,
     }
 
 
@@ -68,6 +70,8 @@ def tool_version(v: ToolVersion) -> dict[str, Any]:
         "input_schema": v.input_schema,
         "timeout_ms": v.timeout_ms,
         "created_at": rfc3339(v.created_at),
+        "test_cases": v.test_cases,
+        "allowed_callers": v.allowed_callers,
     }
 
 

@@ -74,3 +74,22 @@ class ServiceUnavailable(ToolkilnError):
     """A part the operation needs is not configured or not ready."""
 
     code = "unavailable"
+
+
+class TestsFailed(InvalidRequest):
+    """A write whose new version fails its own test cases; ``details`` has every case."""
+
+    __test__ = False  # not a pytest class, whatever its name
+    code = "tests_failed"
+
+    def __init__(self, reports: Sequence[Mapping[str, Any]]) -> None:
+        failed = sum(1 for r in reports if not r.get("passed"))
+        super().__init__(
+            f"{failed} of {len(reports)} test cases failed; nothing was stored.", list(reports)
+        )
+
+
+class UpstreamFailed(ToolkilnError):
+    """An outside service the operation needs (a model endpoint) failed or timed out."""
+
+    code = "upstream_failed"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -11,9 +11,18 @@ from toolkiln.domain import limits
 from toolkiln.domain.code_check import LANGUAGES, check_code
 from toolkiln.domain.problems import Problem, nul_problems, problem
 from toolkiln.domain.schema import EMPTY_SCHEMA, check_schema, parameters_to_schema
+from toolkiln.domain.testcases import DEFAULT_CALLERS, check_callers, check_test_cases
 
 NAME_RE = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
-VERSIONED_FIELDS = ("code", "input_schema", "description", "timeout_ms", "language")
+VERSIONED_FIELDS = (
+    "code",
+    "input_schema",
+    "description",
+    "timeout_ms",
+    "language",
+    "test_cases",
+    "allowed_callers",
+)
 AUTO_DISABLE_AFTER = 3
 AUTO_DISABLE_REASON = "automatic, after 3 consecutive failures"
 
@@ -31,6 +40,8 @@ class ToolDraft:
     execution_message_description: str | None = None
     enable_globally: bool = False
     timeout_ms: int = limits.DEFAULT_TIMEOUT_MS
+    test_cases: list[Any] = field(default_factory=list)
+    allowed_callers: list[str] = field(default_factory=lambda: list(DEFAULT_CALLERS))
 
 
 @dataclass(slots=True)
@@ -56,6 +67,8 @@ class Tool:
     created_at: datetime
     updated_at: datetime
     seq: int = 0
+    test_cases: list[dict[str, Any]] = field(default_factory=list)
+    allowed_callers: list[str] = field(default_factory=lambda: list(DEFAULT_CALLERS))
 
 
 @dataclass(slots=True)
@@ -70,6 +83,8 @@ class ToolVersion:
     input_schema: dict[str, Any]
     timeout_ms: int
     created_at: datetime
+    test_cases: list[dict[str, Any]] = field(default_factory=list)
+    allowed_callers: list[str] = field(default_factory=lambda: list(DEFAULT_CALLERS))
 
 
 def check_name(name: str) -> list[Problem]:
@@ -103,6 +118,8 @@ def validate_draft(draft: ToolDraft, max_timeout_ms: int) -> tuple[dict[str, Any
             problem("timeout_ms", f"must be between {limits.MIN_TIMEOUT_MS} and {ceiling}")
         )
     problems += _code_problems(draft)
+    problems += check_test_cases(draft.test_cases)[1]
+    problems += check_callers(draft.allowed_callers)
     schema, schema_problems = _schema_of(draft)
     return schema, problems + schema_problems
 

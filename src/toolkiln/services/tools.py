@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from toolkiln.domain.auth import Principal
-from toolkiln.domain.errors import Conflict, InvalidTool, NotFound
+from toolkiln.domain.errors import Conflict, InvalidTool, NotFound, TestsFailed
 from toolkiln.domain.ids import new_id, utcnow
 from toolkiln.domain.records import AuditRow, Page
+from toolkiln.domain.testcases import CaseSpec, check_test_cases
 from toolkiln.domain.tools import (
     VERSIONED_FIELDS,
     Tool,
@@ -18,6 +19,7 @@ from toolkiln.domain.tools import (
 )
 from toolkiln.services.paging import clamp_limit, decode_cursor, listing_scope, page_of
 from toolkiln.services.ports import UnitOfWork, UnitOfWorkFactory
+from toolkiln.services.testcases import CaseRunner, CasesRun
 
 PATCHABLE = (
     "name",
@@ -29,6 +31,8 @@ PATCHABLE = (
     "execution_message_description",
     "enable_globally",
     "timeout_ms",
+    "test_cases",
+    "allowed_callers",
 )
 
 
@@ -42,14 +46,36 @@ def _snapshot(tool: Tool) -> ToolVersion:
         tool.input_schema,
         tool.timeout_ms,
         tool.updated_at,
+        list(tool.test_cases),
+        list(tool.allowed_callers),
     )
+
+
+@dataclass(slots=True)
+class _Change:
+    """What a PATCH would write, worked out from the tool as it is now."""
+
+    draft: ToolDraft
+    cases: list[CaseSpec]
+    fields: dict[str, Any]
+
+    @property
+    def new_version(self) -> bool:
+        return any(k in VERSIONED_FIELDS for k in self.fields)
+
+    @property
+    def tested(self) -> tuple[Any, ...]:
+        """What the test cases ran against: if any of it moves meanwhile, they ran in vain."""
+        d = self.draft
+        return (d.language, d.code, d.input_schema, d.parameters, d.timeout_ms, self.cases)
 
 
 class ToolService:
     """Use cases of the registry. Every write leaves an audit row in the same transaction."""
 
-    def __init__(self, uow: UnitOfWorkFactory) -> None:
+    def __init__(self, uow: UnitOfWorkFactory, cases: CaseRunner | None = None) -> None:
         self._uow = uow
+        self.cases = cases or CaseRunner()
 
     def validate(self, principal: Principal, workspace_id: str, draft: ToolDraft) -> dict[str, Any]:
         """The draft's input schema, or InvalidTool with every problem found."""
@@ -63,9 +89,28 @@ class ToolService:
             raise InvalidTool(problems)
         return schema
 
-    def create(self, principal: Principal, workspace_id: str, draft: ToolDraft) -> Tool:
+    def preflight(
+        self, principal: Principal, workspace_id: str, draft: ToolDraft
+    ) -> dict[str, Any]:
+        """Everything a create checks before running test cases: the rules and the name."""
         principal.require("write")
         schema = self.validate(principal, workspace_id, draft)
+        with self._uow(readonly=True) as tx:
+            if tx.tools.name_taken(workspace_id, draft.name):
+                raise _name_taken(draft.name)
+        return schema
+
+    def create(
+        self,
+        principal: Principal,
+        workspace_id: str,
+        draft: ToolDraft,
+        allow_failing_tests: bool = False,
+    ) -> Tool:
+        schema = self.preflight(principal, workspace_id, draft)
+        cases = check_test_cases(draft.test_cases)[0]
+        if cases and not allow_failing_tests:
+            self._require_passing(principal, workspace_id, draft, cases)
         now = utcnow()
         tool = Tool(
             id=new_id(),
@@ -86,6 +131,8 @@ class ToolService:
             version=1,
             created_at=now,
             updated_at=now,
+            test_cases=[dict(c) for c in cases],
+            allowed_callers=list(draft.allowed_callers),
         )
         with self._uow() as tx:
             if tx.tools.name_taken(workspace_id, draft.name):
@@ -109,40 +156,42 @@ class ToolService:
             rows = tx.tools.page(scope, decode_cursor(cursor), size + 1)
         return page_of(rows, size, lambda t: t.seq)
 
-    def update(self, principal: Principal, tool_id: str, change: dict[str, Any]) -> Tool:
+    def update(
+        self,
+        principal: Principal,
+        tool_id: str,
+        change: dict[str, Any],
+        allow_failing_tests: bool = False,
+    ) -> Tool:
+        """Test cases run between two transactions, so no write lock is held while they do."""
         principal.require("write")
+        with self._uow(readonly=True) as tx:
+            current = self._visible(tx, principal, tool_id)
+            planned = self._plan(tx, current, change)
+        if not planned.fields:
+            return current
+        must_test = planned.new_version and bool(planned.cases) and not allow_failing_tests
+        if must_test:
+            self._require_passing(principal, current.workspace_id, planned.draft, planned.cases)
         with self._uow() as tx:
             current = self._visible(tx, principal, tool_id)
-            ceiling = tx.workspaces.policy(current.workspace_id).max_timeout_ms
-            draft = self._merged_draft(current, change)
-            schema, problems = validate_draft(draft, ceiling)
-            if problems:
-                raise InvalidTool(problems)
-            if draft.name != current.name and tx.tools.name_taken(
-                current.workspace_id, draft.name, except_id=current.id
-            ):
-                raise _name_taken(draft.name)
-            proposed = {
-                "name": draft.name,
-                "description": draft.description,
-                "language": draft.language,
-                "code": draft.code,
-                "input_schema": schema,
-                "execution_message_description": draft.execution_message_description,
-                "enable_globally": draft.enable_globally,
-                "timeout_ms": draft.timeout_ms,
-            }
-            before = asdict(current)
-            fields: dict[str, Any] = {k: v for k, v in proposed.items() if before[k] != v}
-            if not fields:
+            final = self._plan(tx, current, change)
+            if not final.fields:
                 return current
-            new_version = any(k in VERSIONED_FIELDS for k in fields)
+            needs = final.new_version and bool(final.cases) and not allow_failing_tests
+            if needs and (not must_test or final.tested != planned.tested):
+                raise Conflict(
+                    "The tool changed while its test cases ran; send the change again.",
+                    [{"field": "version", "message": f"is now {current.version}"}],
+                    code="edit_conflict",
+                )
+            fields = final.fields
             fields["updated_at"] = utcnow()
-            if new_version:
+            if final.new_version:
                 fields["version"] = current.version + 1
             tx.tools.update(current.id, fields)
             updated = self._visible(tx, principal, tool_id)
-            if new_version:
+            if final.new_version:
                 tx.tools.add_version(_snapshot(updated))
             self._audit(
                 tx,
@@ -155,6 +204,60 @@ class ToolService:
             )
             return updated
 
+    def _plan(self, tx: UnitOfWork, current: Tool, change: dict[str, Any]) -> _Change:
+        ceiling = tx.workspaces.policy(current.workspace_id).max_timeout_ms
+        draft = self._merged_draft(current, change)
+        schema, problems = validate_draft(draft, ceiling)
+        if problems:
+            raise InvalidTool(problems)
+        if draft.name != current.name and tx.tools.name_taken(
+            current.workspace_id, draft.name, except_id=current.id
+        ):
+            raise _name_taken(draft.name)
+        cases = check_test_cases(draft.test_cases)[0]
+        proposed = {
+            "name": draft.name,
+            "description": draft.description,
+            "language": draft.language,
+            "code": draft.code,
+            "input_schema": schema,
+            "execution_message_description": draft.execution_message_description,
+            "enable_globally": draft.enable_globally,
+            "timeout_ms": draft.timeout_ms,
+            "test_cases": cases,
+            "allowed_callers": list(draft.allowed_callers),
+        }
+        before = asdict(current)
+        fields = {k: v for k, v in proposed.items() if before[k] != v}
+        return _Change(draft, cases, fields)
+
+    def _require_passing(
+        self, principal: Principal, workspace_id: str, draft: ToolDraft, cases: list[CaseSpec]
+    ) -> None:
+        reports = self.cases.run(principal, workspace_id, draft, cases)
+        if not all(r["passed"] for r in reports):
+            raise TestsFailed(reports)
+
+    def run_tests(self, principal: Principal, tool_id: str, number: int | None = None) -> CasesRun:
+        """A version's test cases (the current one by default), run now, counting nothing."""
+        principal.require("write")
+        with self._uow(readonly=True) as tx:
+            tool = self._visible(tx, principal, tool_id)
+            found = tx.tools.version(tool_id, tool.version if number is None else number)
+        if found is None:
+            raise NotFound("No such version of this tool.")
+        draft = ToolDraft(
+            name=tool.name,
+            language=found.language,
+            code=found.code,
+            description=found.description,
+            input_schema=found.input_schema,
+            execution_message_description=tool.execution_message_description,
+            timeout_ms=found.timeout_ms,
+        )
+        cases = check_test_cases(found.test_cases)[0]
+        return CasesRun(found.version, self.cases.run(principal, tool.workspace_id, draft, cases))
+
     @staticmethod
     def _merged_draft(current: Tool, change: dict[str, Any]) -> ToolDraft:
         values: dict[str, Any] = {
@@ -166,6 +269,8 @@ class ToolService:
             "execution_message_description": current.execution_message_description,
             "enable_globally": current.enable_globally,
             "timeout_ms": current.timeout_ms,
+            "test_cases": current.test_cases,
+            "allowed_callers": current.allowed_callers,
         }
         if "parameters" in change and "input_schema" not in change:
             values["input_schema"] = None  # the new parameters replace the schema

@@ -217,6 +217,8 @@ class SqlTools:
                 input_schema=version.input_schema,
                 timeout_ms=version.timeout_ms,
                 created_at=version.created_at,
+                test_cases=version.test_cases,
+                allowed_callers=version.allowed_callers,
             )
         )
 
@@ -231,6 +233,8 @@ class SqlTools:
             r["input_schema"],
             r["timeout_ms"],
             _utc(r["created_at"]) or utcnow(),
+            r["test_cases"],
+            r["allowed_callers"],
         )
 
     def versions(self, tool_id: str) -> list[ToolVersion]:

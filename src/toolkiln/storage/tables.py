@@ -8,6 +8,9 @@ from sqlalchemy.dialects.postgresql import JSONB
 metadata = sa.MetaData()
 JSONType = sa.JSON().with_variant(JSONB(), "postgresql")
 Moment = sa.DateTime(timezone=True)
+# Rows written before test cases and callers existed read as "none" and "everywhere".
+NO_CASES = sa.text("'[]'")
+ALL_CALLERS = sa.text('\'["direct", "code"]\'')
 
 workspaces = sa.Table(
     "workspaces",
@@ -52,6 +55,8 @@ tools = sa.Table(
     sa.Column("version", sa.Integer, nullable=False),
     sa.Column("created_at", Moment, nullable=False),
     sa.Column("updated_at", Moment, nullable=False),
+    sa.Column("test_cases", JSONType, nullable=False, server_default=NO_CASES),
+    sa.Column("allowed_callers", JSONType, nullable=False, server_default=ALL_CALLERS),
     sa.UniqueConstraint("workspace_id", "name", name="uq_tools_workspace_name"),
 )
 
@@ -66,6 +71,8 @@ tool_versions = sa.Table(
     sa.Column("input_schema", JSONType, nullable=False),
     sa.Column("timeout_ms", sa.Integer, nullable=False),
     sa.Column("created_at", Moment, nullable=False),
+    sa.Column("test_cases", JSONType, nullable=False, server_default=NO_CASES),
+    sa.Column("allowed_callers", JSONType, nullable=False, server_default=ALL_CALLERS),
 )
 
 audit = sa.Table(

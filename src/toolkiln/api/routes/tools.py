@@ -14,6 +14,7 @@ router = APIRouter(prefix="/v1/custom-tools", tags=["custom tools"])
 
 
 def draft_of(body: models.ToolCreate) -> ToolDraft:
+    # exclude_unset keeps "expect: {raw_data: null}" apart from an expect without raw_data.
     return ToolDraft(
         name=body.name,
         language=body.language,
@@ -24,12 +25,14 @@ def draft_of(body: models.ToolCreate) -> ToolDraft:
         execution_message_description=body.execution_message_description,
         enable_globally=body.enable_globally,
         timeout_ms=body.timeout_ms,
+        test_cases=[c.model_dump(exclude_unset=True) for c in body.test_cases],
+        allowed_callers=list(body.allowed_callers),
     )
 
 
 @router.post("", status_code=201, response_model=models.One[models.Tool], name="create_tool")
 def create_tool(body: models.ToolCreate, who: Caller, svc: Svc) -> dict[str, Any]:
-    tool = svc.tools.create(who, body.workspace_id, draft_of(body))
+    tool = svc.tools.create(who, body.workspace_id, draft_of(body), body.allow_failing_tests)
     return {"data": serialize.tool(tool)}
 
 
@@ -53,7 +56,16 @@ def get_tool(tool_id: str, who: Caller, svc: Svc) -> dict[str, Any]:
 @router.patch("/{tool_id}", response_model=models.One[models.Tool], name="update_tool")
 def update_tool(tool_id: str, body: models.ToolPatch, who: Caller, svc: Svc) -> dict[str, Any]:
     change = body.model_dump(exclude_unset=True)
-    return {"data": serialize.tool(svc.tools.update(who, tool_id, change))}
+    allow = bool(change.pop("allow_failing_tests", False))
+    return {"data": serialize.tool(svc.tools.update(who, tool_id, change, allow))}
+
+
+@router.post("/{tool_id}/run-tests", response_model=models.One[models.TestRun])
+def run_tests(
+    tool_id: str, who: Caller, svc: Svc, version: Annotated[int | None, Query(ge=1)] = None
+) -> dict[str, Any]:
+    """Run a version's test cases now (the current version by default); nothing is counted."""
+    return {"data": svc.tools.run_tests(who, tool_id, version).as_dict()}
 
 
 @router.delete("/{tool_id}", status_code=204)
