@@ -13,7 +13,6 @@ from toolkiln.api.app import create_app
 from toolkiln.builtins.calculate import Calculate
 from toolkiln.builtins.email import SendEmail, SmtpConfig
 from toolkiln.builtins.files import SurfaceFile
-from toolkiln.builtins.run_code import RunCode
 from toolkiln.builtins.search import WebSearch, make_provider
 from toolkiln.config import Settings
 from toolkiln.mcp_server.http import McpHttp
@@ -24,12 +23,15 @@ from toolkiln.services.access import AccessService
 from toolkiln.services.agents import AgentService
 from toolkiln.services.audit import AuditService
 from toolkiln.services.container import Services
-from toolkiln.services.dispatch import Dispatcher
+from toolkiln.services.dispatch import Builtins
 from toolkiln.services.files import FileService
-from toolkiln.services.invoke import InvokeService
+from toolkiln.services.invoke import DraftRunner, InvokeService
 from toolkiln.services.outbox import OutboxService
 from toolkiln.services.ports import BuiltinTool, CodeRunner, UnitOfWorkFactory
+from toolkiln.services.router import Router
+from toolkiln.services.runs import Runs
 from toolkiln.services.system import SystemService
+from toolkiln.services.testcases import CaseRunner
 from toolkiln.services.tools import ToolService
 from toolkiln.storage.database import Database
 
@@ -73,30 +75,29 @@ def build(settings: Settings, *, migrate: bool = True, sandbox: bool = True) -> 
         )
     runners: dict[str, CodeRunner] = dict(sandboxes)
     uow = database.transaction
-    tools = ToolService(uow)
-    invoke = InvokeService(uow, runners, tools)
-    tools.cases.bind(invoke.test)  # test cases run once each, uncounted, like POST /test
     files = FileService(
         uow, settings.data_dir / "files", settings.signing_key(), settings.resolved_public_url()
     )
-    dispatcher = Dispatcher(uow, _builtins(settings, uow, files, invoke))
-    invoke.dispatcher = dispatcher  # run_code runs through invoke, and invoke's ctx through this
+    router = Router(uow, Builtins(_builtins(settings, uow, files)), Runs(uow, runners))
+    drafts = DraftRunner(router)  # test runs and test cases: uncounted runs of a definition
+    tools = ToolService(uow, CaseRunner(drafts.run))
+    invoke = InvokeService(uow, router, tools, drafts)
     services = Services(
         access=AccessService(uow),
         tools=tools,
         audit=AuditService(uow),
         system=SystemService(database.ping, lambda: {n: r.describe() for n, r in runners.items()}),
         invoke=invoke,
-        dispatcher=dispatcher,
+        router=router,
         files=files,
         outbox=OutboxService(uow),
-        agents=AgentService(uow, invoke, dispatcher),
+        agents=AgentService(uow, invoke, router),
     )
     return Runtime(settings, database, services, sandboxes)
 
 
 def _builtins(
-    settings: Settings, uow: UnitOfWorkFactory, files: FileService, invoke: InvokeService
+    settings: Settings, uow: UnitOfWorkFactory, files: FileService
 ) -> dict[str, BuiltinTool]:
     smtp = settings.smtp_url
     key = settings.search_api_key
@@ -110,7 +111,6 @@ def _builtins(
         ),
         "web_search": WebSearch(provider),
         "surface_file": SurfaceFile(files),
-        "run_code": RunCode(invoke.execute_code),
     }
 
 

@@ -103,3 +103,23 @@ def test_timeout_kills_even_a_thread_that_outlives_the_entrypoint(sandbox: Pytho
     )
     out = run(sandbox, code)
     assert out.kind == "return" and out.value == "returned"
+
+
+class Refusing(NoCtx):
+    """A link that refuses the run once a process is ready (the tool was disabled)."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def admit(self) -> bool:
+        self.asked += 1
+        return False
+
+
+def test_a_run_the_link_does_not_admit_never_starts(sandbox: PythonSandbox) -> None:
+    link = Refusing()
+    code = "def handle(i, c):\n    raise SystemExit('must not run')\n"
+    out = sandbox.run(RunRequest("python", code, "handle", {}, 5000), link)
+    assert out.kind == "not_admitted" and link.asked == 1
+    # The pool is not poisoned by it: the next run works.
+    assert run(sandbox, "def handle(i, c):\n    return 7\n").value == 7

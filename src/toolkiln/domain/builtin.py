@@ -40,3 +40,22 @@ class BuiltinFailure(Exception):
     def envelope(self) -> dict[str, Any]:
         details = self.details if self.details is not None else {"message": self.message}
         return {"error": self.code, "details": details}
+
+
+RUN_CODE_SPEC = BuiltinSpec(
+    "run_code",
+    "Run Python or JavaScript code once in the sandbox. The code defines main(**params) or "
+    "handle(input, ctx); the answer is a tool Result.",
+    {
+        "type": "object",
+        "properties": {
+            "language": {"enum": ["python", "javascript"]},
+            "code": {"type": "string", "minLength": 1, "maxLength": 262144},
+            "input": {"type": "object"},
+        },
+        "required": ["language", "code"],
+        "additionalProperties": False,
+    },
+)
+"""``run_code`` runs in the sandbox, under the caller's budget: the router runs it, not a
+built-in module."""

@@ -25,6 +25,7 @@ class ToolDef:
     kind: str  # "custom" | "builtin"
     tool_id: str | None = None
     version: int | None = None
+    pinned: int | None = None  # the version the agent is pinned to, if any
 
 
 def strict_schema(schema: dict[str, Any]) -> dict[str, Any] | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, TypedDict
 
 
@@ -23,23 +24,48 @@ def problem(
     return p
 
 
-def nul_problems(field: str, value: Any, depth: int = 0) -> list[Problem]:
-    """NUL characters cannot be stored by PostgreSQL and have no business in a tool."""
+def bad_text(value: str) -> str | None:
+    """Why a string cannot be stored or sent on as text, or None: NUL (PostgreSQL cannot
+    store it) and lone surrogates (not Unicode: no UTF-8 encoding exists for them)."""
+    if "\x00" in value:
+        return "must not contain NUL characters"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "must be valid Unicode text (no lone surrogates such as \\ud800)"
+    return None
+
+
+def text_problems(field: str, value: Any, depth: int = 0) -> list[Problem]:
+    """The first string in ``value`` (keys included) that is not storable text, if any."""
     if isinstance(value, str):
-        return [problem(field, "must not contain NUL characters")] if "\x00" in value else []
+        why = bad_text(value)
+        return [problem(field, why)] if why else []
     if depth > 64:
         return []
     if isinstance(value, dict):
-        out: list[Problem] = []
         for k, v in value.items():
-            out += nul_problems(field, k, depth + 1) + nul_problems(field, v, depth + 1)
-        return out[:1]
+            sub = f"{field}.{k}" if isinstance(k, str) and bad_text(k) is None else field
+            found = text_problems(field, k, depth + 1) or text_problems(sub, v, depth + 1)
+            if found:
+                return found
+        return []
     if isinstance(value, list):
-        out = []
-        for v in value:
-            out += nul_problems(field, v, depth + 1)
-        return out[:1]
+        for i, v in enumerate(value):
+            found = text_problems(f"{field}.{i}", v, depth + 1)
+            if found:
+                return found
     return []
+
+
+def scrub(value: str) -> str:
+    """Text from a sandbox made storable: NUL and lone surrogates become U+FFFD."""
+    if bad_text(value) is None:
+        return value
+    return _UNSTORABLE.sub("\ufffd", value)
+
+
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
 def json_depth(value: Any) -> int:

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 from toolkiln.domain import limits
-from toolkiln.domain.problems import Problem, nul_problems, problem
+from toolkiln.domain.problems import Problem, problem, text_problems
 
 T = TypeVar("T")
 
@@ -63,7 +63,7 @@ def check_policy(policy: Policy) -> list[Problem]:
         f = f"email_allowlist.{i}"
         if not entry or len(entry) > 254 or any(c.isspace() for c in entry) or entry.count("@") > 1:
             out.append(problem(f, "must be an address (a@b.com) or a domain (example.org)"))
-        out += nul_problems(f, entry)
+        out += text_problems(f, entry)
     for i, name in enumerate(policy.builtins):
         if name not in BUILTIN_NAMES:
             out.append(problem(f"builtins.{i}", f"unknown built-in; known: {list(BUILTIN_NAMES)}"))

@@ -9,7 +9,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from toolkiln.domain.limits import MAX_SCHEMA_BYTES, MAX_SCHEMA_DEPTH
-from toolkiln.domain.problems import Problem, json_depth, nul_problems, problem
+from toolkiln.domain.problems import Problem, json_depth, problem, text_problems
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 JSON_TYPES = {"string", "number", "integer", "boolean", "object", "array", "null"}
@@ -72,7 +72,7 @@ def check_schema(schema: Any, field: str = "input_schema") -> list[Problem]:
         return [problem(field, f"is larger than {MAX_SCHEMA_BYTES} bytes")]
     if json_depth(schema) > MAX_SCHEMA_DEPTH:
         return [problem(field, f"is nested deeper than {MAX_SCHEMA_DEPTH} levels")]
-    nul = nul_problems(field, schema)
+    nul = text_problems(field, schema)
     if nul:
         return nul
     if schema.get("$schema", DIALECT) != DIALECT:
@@ -92,8 +92,11 @@ def compile_validator(schema: dict[str, Any]) -> Draft202012Validator:
 
 
 def input_problems(validator: Draft202012Validator, value: Any) -> list[Problem]:
-    """Every place the input breaks the schema, as problems with a dotted ``field``."""
-    out: list[Problem] = []
+    """Every place the input breaks the schema, as problems with a dotted ``field``; text
+    that is not storable Unicode (NUL, lone surrogates) is refused before the schema."""
+    out: list[Problem] = text_problems("input", value)
+    if out:
+        return out
     for err in sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path)):
         path = ".".join(str(p) for p in err.absolute_path)
         out.append(problem(f"input.{path}" if path else "input", err.message[:500]))

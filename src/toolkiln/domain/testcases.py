@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
-from toolkiln.domain.problems import Problem, json_depth, nul_problems, problem
+from toolkiln.domain.problems import Problem, json_depth, problem, text_problems
 from toolkiln.domain.results import Result
 
 MAX_TEST_CASES = 50
@@ -58,7 +58,7 @@ def check_test_cases(raw: Any, field: str = "test_cases") -> tuple[list[CaseSpec
         if not isinstance(payload, dict):
             problems.append(problem(f"{where}.input", "must be an object (the tool's input)"))
         problems += _expect_problems(f"{where}.expect", expect)
-        problems += nul_problems(where, item)[:1]
+        problems += text_problems(where, item)[:1]
         if json_depth(item) > 40:
             problems.append(problem(where, "is nested too deeply"))
         if isinstance(name, str) and isinstance(payload, dict) and isinstance(expect, dict):

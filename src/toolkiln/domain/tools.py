@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from toolkiln.domain import limits
 from toolkiln.domain.code_check import LANGUAGES, check_code
-from toolkiln.domain.problems import Problem, nul_problems, problem
+from toolkiln.domain.problems import Problem, problem, text_problems
 from toolkiln.domain.schema import EMPTY_SCHEMA, check_schema, parameters_to_schema
 from toolkiln.domain.testcases import DEFAULT_CALLERS, check_callers, check_test_cases
 
@@ -70,6 +70,19 @@ class Tool:
     test_cases: list[dict[str, Any]] = field(default_factory=list)
     allowed_callers: list[str] = field(default_factory=lambda: list(DEFAULT_CALLERS))
 
+    def at(self, version: ToolVersion) -> Tool:
+        """This tool running a pinned version: counters and status are the tool's, code,
+        schema, language, description and timeout the version's."""
+        return replace(
+            self,
+            code=version.code,
+            input_schema=version.input_schema,
+            timeout_ms=version.timeout_ms,
+            language=version.language,
+            description=version.description,
+            version=version.version,
+        )
+
 
 @dataclass(slots=True)
 class ToolVersion:
@@ -102,7 +115,7 @@ def validate_draft(draft: ToolDraft, max_timeout_ms: int) -> tuple[dict[str, Any
         problems.append(
             problem("description", f"must be at most {limits.MAX_DESCRIPTION_CHARS} characters")
         )
-    problems += nul_problems("description", draft.description)
+    problems += text_problems("description", draft.description)
     status_line = draft.execution_message_description or ""
     if len(status_line) > limits.MAX_STATUS_LINE_CHARS:
         problems.append(
@@ -111,7 +124,7 @@ def validate_draft(draft: ToolDraft, max_timeout_ms: int) -> tuple[dict[str, Any
                 f"must be at most {limits.MAX_STATUS_LINE_CHARS} characters",
             )
         )
-    problems += nul_problems("execution_message_description", status_line)
+    problems += text_problems("execution_message_description", status_line)
     ceiling = min(max_timeout_ms, limits.MAX_TIMEOUT_MS)
     if not limits.MIN_TIMEOUT_MS <= draft.timeout_ms <= ceiling:
         problems.append(
@@ -131,7 +144,7 @@ def _code_problems(draft: ToolDraft) -> list[Problem]:
         return [problem("code", f"must be at most {limits.MAX_CODE_CHARS} characters")]
     if not draft.code.strip():
         return [problem("code", "must not be empty")]
-    nul = nul_problems("code", draft.code)
+    nul = text_problems("code", draft.code)
     return nul or check_code(draft.language, draft.code)
 
 

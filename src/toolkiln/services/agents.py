@@ -3,22 +3,21 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any
 
 from toolkiln.domain.auth import Principal
 from toolkiln.domain.errors import InvalidRequest, NotFound
 from toolkiln.domain.formats import FORMATS, ToolDef, render
 from toolkiln.domain.ids import new_id, utcnow
+from toolkiln.domain.limits import MAX_TIMEOUT_MS
+from toolkiln.domain.origin import Budget, Origin
 from toolkiln.domain.records import Agent, AuditRow, check_label
-from toolkiln.domain.results import Result, error, refused
-from toolkiln.domain.tools import Tool
-from toolkiln.services.dispatch import Dispatcher
-from toolkiln.services.invoke import CallContext, InvokeService
+from toolkiln.domain.results import Result
+from toolkiln.services.invoke import CallContext, InvokeService, check_ids, duplicate_call_id
 from toolkiln.services.paging import listing_scope
 from toolkiln.services.ports import UnitOfWork, UnitOfWorkFactory
+from toolkiln.services.router import CUSTOM_PREFIX, Offer, Router
 
-CUSTOM_PREFIX = "custom_"
 # Every change that can alter some agent's tool list leaves one of these audit rows.
 LIST_CHANGING_EVENTS = [
     "tool.created",
@@ -34,12 +33,10 @@ LIST_CHANGING_EVENTS = [
 
 
 class AgentService:
-    def __init__(
-        self, uow: UnitOfWorkFactory, invoke: InvokeService, dispatcher: Dispatcher
-    ) -> None:
+    def __init__(self, uow: UnitOfWorkFactory, invoke: InvokeService, router: Router) -> None:
         self._uow = uow
         self._invoke = invoke
-        self._dispatcher = dispatcher
+        self._router = router
 
     # -- agents
 
@@ -132,7 +129,7 @@ class AgentService:
             }
         defs = [
             ToolDef(s.name, s.description, s.input_schema, "builtin")
-            for s in self._dispatcher.specs()
+            for s in self._router.specs()
             if s.name in allowed
         ]
         for tool in tools:
@@ -147,6 +144,7 @@ class AgentService:
                     "custom",
                     tool.id,
                     version.version if version else tool.version,
+                    version.version if version else None,
                 )
             )
         return agent, defs
@@ -168,11 +166,14 @@ class AgentService:
             return tx.audit.last_id(LIST_CHANGING_EVENTS)
 
     def status_line(self, principal: Principal, agent_id: str, name: str) -> str | None:
-        """The tool's execution_message_description, for progress while it runs."""
-        if not name.startswith(CUSTOM_PREFIX):
+        """The execution_message_description of a tool this agent is offered, for progress
+        while it runs (None for built-ins and for anything the agent is not offered)."""
+        _, defs = self.tool_defs(principal, agent_id)
+        found = next((d for d in defs if d.name == name and d.kind == "custom"), None)
+        if found is None:
             return None
         with self._uow(readonly=True) as tx:
-            tool = tx.tools.get(name.removeprefix(CUSTOM_PREFIX))
+            tool = tx.tools.get(str(found.tool_id))
         return tool.execution_message_description if tool else None
 
     # -- the one dispatch call
@@ -181,57 +182,21 @@ class AgentService:
         self, principal: Principal, agent_id: str, name: str, arguments: Any, who: CallContext
     ) -> Result:
         principal.require("invoke")
+        check_ids(who)
         agent, defs = self.tool_defs(principal, agent_id)
-        who = dataclasses.replace(who, agent_id=agent.id, agent_name=agent.name, source="llm")
-        found = next((d for d in defs if d.name == name), None)
+        offer = Offer(
+            frozenset(d.name for d in defs if d.kind == "builtin"),
+            {str(d.tool_id): d.pinned for d in defs if d.kind == "custom"},
+        )
+        context = dataclasses.replace(who, agent_id=agent.id, source="llm")
+        caller = self._invoke.caller(principal, agent.workspace_id, context, agent_name=agent.name)
         call_id = who.tool_call_id or new_id()
-        if found is None:
-            available = [d.name for d in defs]
-            code = "tool_not_enabled" if name.startswith(CUSTOM_PREFIX) else "unknown_tool"
-            message = (
-                f"No tool named {name!r} is available to this agent. "
-                f"Available: {', '.join(available)}."
-            )
-            return refused(call_id, None, None, error(code, message, {"available": available}))
-        if found.kind == "builtin":
-            return self._builtin(agent, found.name, arguments, call_id, who)
         with self._uow(readonly=True) as tx:
-            tool = tx.tools.get(str(found.tool_id))
-            version = tx.tools.version(tool.id, found.version) if tool and found.version else None
-        if tool is None:
-            return refused(call_id, None, None, error("unknown_tool", f"{name} no longer exists."))
-        if version is not None and version.version != tool.version:
-            tool = _at_version(
-                tool, version.code, version.input_schema, version.timeout_ms, version
-            )
-        return self._invoke.invoke_tool(
-            tool, arguments, dataclasses.replace(who, tool_call_id=call_id)
-        )
-
-    def _builtin(
-        self, agent: Agent, name: str, arguments: Any, call_id: str, who: CallContext
-    ) -> Result:
-        value = self._dispatcher.call(
-            agent.workspace_id,
-            name,
-            arguments,
-            source="llm",
-            tool_call_id=call_id,
-            agent_id=agent.id,
-        )
-        if isinstance(value, dict) and "error" in value and "status" not in value:
-            message = f"{name} failed: {value['error']}"
-            return refused(
-                call_id, None, None, error(str(value["error"]), message, value.get("details"))
-            )
-        if (
-            isinstance(value, dict)
-            and value.get("status") in ("ok", "error")
-            and "tool_call_id" in value
-        ):
-            return Result(**{k: value[k] for k in Result.__dataclass_fields__ if k in value})
-        text = json.dumps(value, ensure_ascii=False)
-        return Result(call_id, None, None, "ok", message=text, raw_data=value, llm=text)
+            if who.tool_call_id is not None and tx.calls.exists(agent.workspace_id, call_id):
+                raise duplicate_call_id()
+        # A custom tool's run is bounded by its own timeout_ms inside this deadline.
+        origin = Origin.root(caller, call_id, Budget.lasting(MAX_TIMEOUT_MS))
+        return self._router.call(origin, name, arguments, offer)
 
     @staticmethod
     def _visible(tx: UnitOfWork, principal: Principal, agent_id: str) -> Agent:
@@ -239,17 +204,3 @@ class AgentService:
         if agent is None or not principal.can_see(agent.workspace_id):
             raise NotFound("No agent with that id.")
         return agent
-
-
-def _at_version(
-    tool: Tool, code: str, schema: dict[str, Any], timeout_ms: int, version: Any
-) -> Tool:
-    return dataclasses.replace(
-        tool,
-        code=code,
-        input_schema=schema,
-        timeout_ms=timeout_ms,
-        language=version.language,
-        description=version.description,
-        version=version.version,
-    )

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from toolkiln.services.access import AccessService
 from toolkiln.services.agents import AgentService
 from toolkiln.services.audit import AuditService
-from toolkiln.services.dispatch import Dispatcher
 from toolkiln.services.files import FileService
 from toolkiln.services.invoke import InvokeService
 from toolkiln.services.outbox import OutboxService
+from toolkiln.services.router import Router
 from toolkiln.services.system import SystemService
 from toolkiln.services.tools import ToolService
 
@@ -22,7 +22,7 @@ class Services:
     audit: AuditService
     system: SystemService
     invoke: InvokeService
-    dispatcher: Dispatcher
+    router: Router
     files: FileService
     outbox: OutboxService
     agents: AgentService

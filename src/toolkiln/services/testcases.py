@@ -1,8 +1,8 @@
 """Running a tool's test cases, and the generator's examples, once each in the sandbox.
 
-This is the one place where those runs reach the sandbox. They go through the invoke
-service's uncounted run of an unsaved definition, so a test run adds nothing to a tool's
-usage or failure counts and stores no call.
+This is the one place where those runs reach the sandbox. They go through the uncounted run
+of an unsaved definition (``services.invoke.DraftRunner``), so a test run adds nothing to a
+tool's usage or failure counts and stores no call.
 """
 
 from __future__ import annotations
@@ -55,10 +55,6 @@ class CaseRunner:
     def __init__(self, run_once: RunOnce | None = None, budget_s: float = CASES_BUDGET_S) -> None:
         self._run_once = run_once
         self._budget_s = budget_s
-
-    def bind(self, run_once: RunOnce) -> None:
-        """Set by the composition root: the invoke service is built after the registry."""
-        self._run_once = run_once
 
     def run_one(
         self, principal: Principal, workspace_id: str, draft: ToolDraft, payload: Any

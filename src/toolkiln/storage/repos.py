@@ -165,6 +165,9 @@ class SqlTools:
         row = self._c.execute(_TOOL_BY_ID, {"id": tool_id}).mappings().first()
         return self._row(row) if row else None
 
+    def status(self, tool_id: str) -> str | None:
+        return self._c.execute(_TOOL_STATUS, {"id": tool_id}).scalar()
+
     def by_name(self, workspace_id: str, name: str) -> Tool | None:
         q = tools.select().where(tools.c.workspace_id == workspace_id, tools.c.name == name)
         row = self._c.execute(q).mappings().first()
@@ -252,37 +255,40 @@ class SqlTools:
         return self._version(row) if row else None
 
     def count_outcome(self, tool_id: str, failed: bool, last_error: str | None) -> CountResult:
-        """One atomic UPDATE: right under concurrency and across replicas on one database.
+        """One atomic UPDATE, right under concurrency and across replicas on one database.
 
-        Column references on the right-hand side see the row before the update, so the
-        CASEs decide from the old failure count and status; only the update that takes the
-        count to exactly AUTO_DISABLE_AFTER on an active tool writes the automatic reason.
+        Only an active tool's failure count moves (a late success or failure on a tool that
+        was disabled meanwhile adds usage only), and right-hand column references see the
+        row before the update: so exactly one update takes an active tool to disabled, and
+        it is the one that reports ``just_disabled``.
         """
-        if not failed:
-            row = self._c.execute(_COUNT_SUCCESS, {"b_id": tool_id}).first()
-            return CountResult(row is not None, 0, row[1] if row else "active", False)
-        params = {"b_id": tool_id, "b_last_error": last_error}
-        row = self._c.execute(_COUNT_FAILURE, params).first()
+        key = {"b_id": tool_id}
+        if failed:
+            row = self._c.execute(_COUNT_FAILURE, {**key, "b_last_error": last_error}).first()
+        else:
+            row = self._c.execute(_COUNT_SUCCESS, key).first()
+        if row is not None:
+            just = failed and row[1] == "disabled"
+            return CountResult(True, row[0], row[1], just)
+        row = self._c.execute(_COUNT_USAGE, key).first()
         if row is None:
             return CountResult(False, 0, "active", False)
-        just = (
-            row[0] == AUTO_DISABLE_AFTER and row[1] == "disabled" and row[2] == AUTO_DISABLE_REASON
-        )
-        return CountResult(True, row[0], row[1], just)
+        return CountResult(True, row[0], row[1], False)
 
 
 # Hot-path statements, built once: SQLAlchemy then reuses their compiled form.
 _t = tools.c
-_REACHES = (_t.failure_count + 1 >= AUTO_DISABLE_AFTER) & (_t.status == "active")
+_ACTIVE = (_t.id == sa.bindparam("b_id")) & (_t.status == "active")
+_REACHES = _t.failure_count + 1 >= AUTO_DISABLE_AFTER
 _COUNT_SUCCESS = (
     tools.update()
-    .where(_t.id == sa.bindparam("b_id"))
+    .where(_ACTIVE)
     .values(usage_count=_t.usage_count + 1, failure_count=0)
     .returning(_t.failure_count, _t.status)
 )
 _COUNT_FAILURE = (
     tools.update()
-    .where(_t.id == sa.bindparam("b_id"))
+    .where(_ACTIVE)
     .values(
         usage_count=_t.usage_count + 1,
         failure_count=_t.failure_count + 1,
@@ -290,11 +296,20 @@ _COUNT_FAILURE = (
         disabled_reason=sa.case((_REACHES, AUTO_DISABLE_REASON), else_=_t.disabled_reason),
         status=sa.case((_REACHES, "disabled"), else_=_t.status),
     )
-    .returning(_t.failure_count, _t.status, _t.disabled_reason)
+    .returning(_t.failure_count, _t.status)
+)
+_COUNT_USAGE = (
+    tools.update()
+    .where(_t.id == sa.bindparam("b_id"))
+    .values(usage_count=_t.usage_count + 1)
+    .returning(_t.failure_count, _t.status)
 )
 _TOOL_BY_ID = tools.select().where(_t.id == sa.bindparam("id"))
 _TOKEN_BY_HASH = tokens.select().where(tokens.c.token_hash == sa.bindparam("h"))
-_CALL_EXISTS = sa.select(tool_calls.c.id).where(tool_calls.c.id == sa.bindparam("id"))
+_TOOL_STATUS = sa.select(_t.status).where(_t.id == sa.bindparam("id"))
+_CALL_EXISTS = sa.select(tool_calls.c.id).where(
+    tool_calls.c.workspace_id == sa.bindparam("ws"), tool_calls.c.id == sa.bindparam("id")
+)
 _AUDIT_INSERT = audit.insert()
 _CALL_INSERT = tool_calls.insert()
 
@@ -322,18 +337,17 @@ class SqlCalls:
             },
         )
 
-    def exists(self, call_id: str) -> bool:
-        return (
-            self._c.execute(sa.select(tool_calls.c.id).where(tool_calls.c.id == call_id)).first()
-            is not None
-        )
+    def exists(self, workspace_id: str, call_id: str) -> bool:
+        params = {"ws": workspace_id, "id": call_id}
+        return self._c.execute(_CALL_EXISTS, params).first() is not None
 
-    def get(self, call_id: str) -> CallRecord | None:
-        r = (
-            self._c.execute(tool_calls.select().where(tool_calls.c.id == call_id))
-            .mappings()
-            .first()
-        )
+    def get(self, workspace_id: str | None, call_id: str) -> CallRecord | None:
+        """The call with that id in the workspace; ``None`` for the workspace: the newest
+        call with that id in any workspace (for admin tokens)."""
+        q = tool_calls.select().where(tool_calls.c.id == call_id)
+        if workspace_id is not None:
+            q = q.where(tool_calls.c.workspace_id == workspace_id)
+        r = self._c.execute(q.order_by(tool_calls.c.created_at.desc())).mappings().first()
         if r is None:
             return None
         return CallRecord(

@@ -98,8 +98,9 @@ audit = sa.Table(
 tool_calls = sa.Table(
     "tool_calls",
     metadata,
+    # A tool_call_id is the client's, so it is unique within a workspace only.
+    sa.Column("workspace_id", sa.String(32), primary_key=True),
     sa.Column("id", sa.String(128), primary_key=True),
-    sa.Column("workspace_id", sa.String(32), nullable=False),
     sa.Column("tool_id", sa.String(32)),
     sa.Column("version", sa.Integer),
     sa.Column("kind", sa.String(16), nullable=False),  # invoke | test | run_code

@@ -13,6 +13,7 @@ from toolkiln.api import models
 from toolkiln.api.deps import Caller, Svc
 from toolkiln.domain.ids import rfc3339
 from toolkiln.services.files import safe_filename
+from toolkiln.services.invoke import CallContext
 
 router = APIRouter(prefix="/v1", tags=["built-in tools"])
 
@@ -26,7 +27,7 @@ class BuiltinCallIn(models.Body):
 @router.get("/builtin-tools")
 def list_builtins(who: Caller, svc: Svc) -> dict[str, Any]:
     who.require("read")
-    specs = svc.dispatcher.specs()
+    specs = svc.router.specs()
     return {
         "data": [
             {"name": s.name, "description": s.description, "input_schema": s.input_schema}
@@ -39,16 +40,12 @@ def list_builtins(who: Caller, svc: Svc) -> dict[str, Any]:
 @router.post("/builtin-tools/{name}/call")
 def call_builtin(name: str, body: BuiltinCallIn, who: Caller, svc: Svc) -> dict[str, Any]:
     """Call a built-in the way a model does: same checks, allowlists and audit as tool code."""
-    who.require("invoke")
-    result = svc.dispatcher.call(
-        who.workspace_id,
-        name,
-        body.input,
-        source="llm" if body.agent_id else "api",
+    context = CallContext(
         tool_call_id=body.tool_call_id,
         agent_id=body.agent_id,
+        source="llm" if body.agent_id else "api",
     )
-    return {"data": result}
+    return {"data": svc.invoke.call_builtin(who, name, body.input, context)}
 
 
 @router.get("/outbox")

@@ -48,6 +48,10 @@ def run_code(body: models.RunCodeIn, who: Caller, svc: Svc) -> dict[str, Any]:
 
 
 @router.get("/tool-calls/{tool_call_id}", response_model=models.One[models.StoredResult])
-def get_tool_call(tool_call_id: str, who: Caller, svc: Svc) -> dict[str, Any]:
-    record, rows = svc.invoke.get_call(who, tool_call_id)
+def get_tool_call(
+    tool_call_id: str, who: Caller, svc: Svc, workspace_id: str | None = None
+) -> dict[str, Any]:
+    """A call of the token's workspace (ids are unique per workspace; an admin token may
+    name the workspace, else gets the newest call with that id)."""
+    record, rows = svc.invoke.get_call(who, tool_call_id, workspace_id)
     return {"data": {**record.result, "audit": [serialize.audit_row(r) for r in rows]}}

@@ -1,0 +1,123 @@
+"""Where a call comes from, and what it may still spend: one value through every nested call.
+
+A root call (an API invoke, an agent's tool call, an MCP call, ``POST /v1/run-code``, a test
+run) makes one ``Origin``. Everything nested under it (``ctx.tools`` calls from its code,
+custom tools those reach, code run through ``run_code``, their own ``ctx`` calls) gets a child
+of it: the same caller and the same ``Budget`` object, a longer chain, its own call id. So
+the 50-call budget, the deadline, the recursion guard, the policy read and the memory share
+cover the whole tree, whichever path a call takes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from toolkiln.domain.auth import Principal
+from toolkiln.domain.execution import ResourceShare
+from toolkiln.domain.records import AuditRow, Policy
+
+Source = Literal["api", "llm", "code"]
+MAX_CTX_CALLS = 50
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who called, as the audit and the tool's ``ctx`` show it."""
+
+    principal: Principal
+    workspace_id: str
+    source: Source = "api"
+    agent_id: str | None = None
+    agent_name: str | None = None
+    conversation_id: str | None = None
+    power_user_id: str | None = None
+
+
+@dataclass(slots=True)
+class Budget:
+    """Shared by reference by a root call and everything nested under it."""
+
+    deadline: float  # time.monotonic()
+    max_calls: int = MAX_CTX_CALLS
+    used: int = 0
+    policy: Policy | None = None  # read once, at the first call that needs it
+    share: ResourceShare = field(default_factory=ResourceShare)
+
+    @classmethod
+    def lasting(cls, ms: int) -> Budget:
+        return cls(time.monotonic() + ms / 1000)
+
+    def narrow(self, ms: int) -> None:
+        """A root call learns its own limit once it knows what it runs."""
+        self.deadline = min(self.deadline, time.monotonic() + ms / 1000)
+
+    def left_ms(self) -> int:
+        return int((self.deadline - time.monotonic()) * 1000)
+
+    def spend(self) -> str | None:
+        """Count one ``ctx.tools`` call; the error code that refuses it, or None."""
+        self.used += 1
+        if self.used > self.max_calls:
+            return "call_limit"
+        if time.monotonic() >= self.deadline:
+            return "timeout"
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """One call's place in its tree: who, the root, its parent, the chain, the budget."""
+
+    caller: Caller
+    call_id: str  # this call's id (the root's for a root call)
+    root_call_id: str
+    budget: Budget
+    parent_call_id: str | None = None
+    chain: tuple[str, ...] = ()  # ids of the custom tools on the path to this call
+    tool_id: str | None = None  # the custom tool whose code runs here, if any
+    rows: list[AuditRow] = field(default_factory=list)  # this run's rows, written at its end
+
+    @classmethod
+    def root(cls, caller: Caller, call_id: str, budget: Budget) -> Origin:
+        return cls(caller, call_id, call_id, budget)
+
+    @property
+    def workspace_id(self) -> str:
+        return self.caller.workspace_id
+
+    def nested(self, call_id: str) -> Origin:
+        """A call of its own under this one (a custom tool or ``run_code`` reached from this
+        call's code): same caller and budget, this call as its parent, rows of its own."""
+        return replace(self, call_id=call_id, parent_call_id=self.call_id, rows=[])
+
+    def entering(self, tool_id: str) -> Origin:
+        """This call, now running the code of ``tool_id`` (which joins the chain)."""
+        return replace(self, chain=(*self.chain, tool_id), tool_id=tool_id)
+
+    def from_code(self) -> Origin:
+        """A call made by the code running here: source ``code``, this call as parent."""
+        return replace(self, caller=replace(self.caller, source="code"))
+
+    def row(self, event: str, data: Any, *, tool_id: str | None = None) -> AuditRow:
+        return AuditRow(
+            self.workspace_id,
+            event,
+            source=self.caller.source,
+            tool_id=tool_id if tool_id is not None else self.tool_id,
+            tool_call_id=self.call_id,
+            agent_id=self.caller.agent_id,
+            data=data,
+        )
+
+    def for_code(self) -> dict[str, Any]:
+        """What the tool's ``ctx`` shows of its caller."""
+        c = self.caller
+        return {
+            "agentId": c.agent_id,
+            "agentName": c.agent_name,
+            "powerUserId": c.power_user_id,
+            "toolCallId": self.call_id,
+            "conversationId": c.conversation_id,
+        }

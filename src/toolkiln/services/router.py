@@ -1,0 +1,282 @@
+"""The one answer to "what happens when something calls a tool".
+
+Every caller comes here: the invoke endpoint, an agent's tool call, MCP, the built-in
+endpoint, ``ctx.tools`` from tool code and ``run_code``. The router resolves the name (a
+built-in the policy allows, ``run_code``, or a custom tool of the caller's workspace, within
+what the caller is offered), applies the recursion guard, runs it, and answers a ``Result``.
+Calls from code additionally spend the shared budget and get the ``Result`` converted, in one
+place, to what ``ctx.tools`` resolves to.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from jsonschema import Draft202012Validator
+
+from toolkiln.domain.builtin import RUN_CODE_SPEC, BuiltinSpec
+from toolkiln.domain.code_check import check_code, entrypoint_of
+from toolkiln.domain.ids import new_id
+from toolkiln.domain.origin import Origin
+from toolkiln.domain.records import Policy
+from toolkiln.domain.results import Result, error, refused
+from toolkiln.domain.schema import compile_validator, input_problems
+from toolkiln.domain.tools import Tool
+from toolkiln.services.dispatch import Builtins
+from toolkiln.services.ports import UnitOfWorkFactory
+from toolkiln.services.runs import Code, Runs
+
+Kind = Literal["builtin", "run_code", "custom", "refused"]
+CUSTOM_PREFIX = "custom_"
+MAX_NAME_CHARS = 128
+RUN_CODE_TIMEOUT_MS = 5000
+
+
+@dataclass(frozen=True, slots=True)
+class Offer:
+    """The tools a caller is offered, when that is less than the whole workspace (an agent):
+    built-ins by name, custom tools as ``custom_{id}`` with their pinned version, if any."""
+
+    builtins: frozenset[str]
+    custom: dict[str, int | None] = field(default_factory=dict)  # tool id -> pinned version
+
+
+class Router:
+    def __init__(self, uow: UnitOfWorkFactory, builtins: Builtins, runs: Runs) -> None:
+        self._uow = uow
+        self._builtins = builtins
+        self._runs = runs
+        self._compiled_cache: OrderedDict[tuple[str, int], tuple[Draft202012Validator, str]] = (
+            OrderedDict()
+        )
+        self._lock = threading.Lock()
+
+    # -- entry points
+
+    def call(self, origin: Origin, name: str, payload: Any, offer: Offer | None = None) -> Result:
+        """A root call by name: an agent's tool call, MCP."""
+        return self._root(origin, name, payload, offer)[1]
+
+    def value(self, origin: Origin, name: str, payload: Any) -> Any:
+        """A root call answered as ``ctx.tools`` would resolve it (the built-in endpoint)."""
+        return to_ctx(*self._root(origin, name, payload, None))
+
+    def specs(self) -> list[BuiltinSpec]:
+        """Every built-in, ``run_code`` included, by name."""
+        return sorted([*self._builtins.specs(), RUN_CODE_SPEC], key=lambda s: s.name)
+
+    def is_builtin(self, name: str) -> bool:
+        return name == RUN_CODE_SPEC.name or self._builtins.knows(name)
+
+    def from_code(self, origin: Origin, name: str, payload: Any) -> Any:
+        """A ``ctx.tools`` call from the code of the run ``origin`` belongs to."""
+        refusal = origin.budget.spend()
+        if refusal == "call_limit":
+            err = error(
+                "call_limit", "Too many ctx.tools calls.", {"max_calls": origin.budget.max_calls}
+            )
+            return to_ctx("refused", refused(origin.call_id, None, None, err))
+        if refusal == "timeout":
+            err = error("timeout", "The calling tool's time is up.")
+            return to_ctx("refused", refused(origin.call_id, None, None, err))
+        if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME_CHARS:
+            err = error("unknown_tool", "Tool names are 1-128 characters.")
+            return to_ctx("refused", refused(origin.call_id, None, None, err))
+        kind, result = self._route(origin, name, payload, None, nested=True)
+        return to_ctx(kind, result)
+
+    def run_tool(self, origin: Origin, tool: Tool, payload: Any) -> Result:
+        """Invoke a tool the caller may reach (possibly at a pinned version: the counters
+        are the tool's, code and schema the version's), as the call ``origin`` names."""
+        if origin.parent_call_id is None:
+            origin.budget.narrow(tool.timeout_ms)
+        run = origin.entering(tool.id)
+        if tool.status != "active":
+            err = error("tool_disabled", "The tool is disabled.", {"reason": tool.disabled_reason})
+            return self._recorded(run, tool, refused(run.call_id, tool.id, tool.version, err))
+        validator, entry = self._compiled(tool)
+        if problems := input_problems(validator, payload):
+            err = error("invalid_input", "The input does not match the tool's schema.", problems)
+            return self._recorded(run, tool, refused(run.call_id, tool.id, tool.version, err))
+        code = Code(tool.language, tool.code, entry, tool.timeout_ms)
+        outcome = self._runs.run(
+            run, code, payload, self.from_code, admit=lambda: self._active(tool.id)
+        )
+        return self._recorded(run, tool, Runs.shape(run, code, tool.version, outcome))
+
+    def run_draft(self, origin: Origin, code: Code, schema: dict[str, Any], payload: Any) -> Result:
+        """Run unsaved code once (a test run): nothing is stored or counted but the audit
+        rows of its ctx calls."""
+        try:
+            if problems := input_problems(compile_validator(schema), payload):
+                err = error(
+                    "invalid_input", "The input does not match the tool's schema.", problems
+                )
+                return refused(origin.call_id, None, None, err)
+            outcome = self._runs.run(origin, code, payload, self.from_code)
+            return Runs.shape(origin, code, None, outcome)
+        finally:
+            self._runs.flush(origin)
+
+    def run_code(self, origin: Origin, payload: Any) -> Result:
+        """``run_code`` as the root call (``POST /v1/run-code``)."""
+        return self._route(origin, "run_code", payload, None, nested=False)[1]
+
+    # -- routing
+
+    def _root(
+        self, origin: Origin, name: str, payload: Any, offer: Offer | None
+    ) -> tuple[Kind, Result]:
+        try:
+            return self._route(origin, name, payload, offer, nested=False)
+        finally:
+            self._runs.flush(origin)
+
+    def _route(
+        self, origin: Origin, name: str, payload: Any, offer: Offer | None, *, nested: bool
+    ) -> tuple[Kind, Result]:
+        if self.is_builtin(name):
+            policy = self._policy(origin)
+            if (offer is not None and name not in offer.builtins) or name not in policy.builtins:
+                return "refused", self._not_offered(origin, name, offer, policy)
+            if name == RUN_CODE_SPEC.name:
+                return self._snippet(origin, payload, nested)
+            return "builtin", self._builtins.call(origin, policy, name, payload)
+        tool = self._custom(origin, name, offer)
+        if tool is None:
+            return "refused", self._not_offered(origin, name, offer, None)
+        if tool.id in origin.chain:
+            chain = [*origin.chain, tool.id]
+            err = error("recursion", "A tool may not reach itself.", {"chain": chain})
+            return "refused", refused(origin.call_id, tool.id, tool.version, err)
+        call = origin.nested(new_id()) if nested else origin
+        return "custom", self.run_tool(call, tool, payload)
+
+    def _snippet(self, origin: Origin, payload: Any, nested: bool) -> tuple[Kind, Result]:
+        if problems := input_problems(_RUN_CODE_VALIDATOR, payload):
+            err = error("invalid_input", "The input does not match the schema.", problems)
+            return "refused", refused(origin.call_id, None, None, err)
+        run = origin.nested(new_id()) if nested else origin
+        if run.parent_call_id is None:
+            run.budget.narrow(RUN_CODE_TIMEOUT_MS)
+        language, source = payload["language"], payload["code"]
+        problems = check_code(language, source)
+        if problems:
+            first = problems[0]
+            details = {
+                "type": "SyntaxError",
+                "message": first["message"],
+                "line": first.get("line"),
+            }
+            result = refused(
+                run.call_id, None, None, error("runtime_error", first["message"], details)
+            )
+        else:
+            code = Code(language, source, entrypoint_of(language, source), RUN_CODE_TIMEOUT_MS)
+            outcome = self._runs.run(run, code, payload.get("input", {}), self.from_code)
+            result = Runs.shape(run, code, None, outcome)
+        self._runs.record_snippet(run, result)
+        return "run_code", result
+
+    def _custom(self, origin: Origin, name: str, offer: Offer | None) -> Tool | None:
+        """The custom tool ``name`` means to this caller: by name or ``custom_{id}`` within
+        the caller's workspace, or only as offered (at its pinned version)."""
+        with self._uow(readonly=True) as tx:
+            if offer is not None:
+                tool_id = name.removeprefix(CUSTOM_PREFIX)
+                if not name.startswith(CUSTOM_PREFIX) or tool_id not in offer.custom:
+                    return None
+                tool = tx.tools.get(tool_id)
+                pinned = offer.custom[tool_id]
+                version = tx.tools.version(tool_id, pinned) if tool and pinned else None
+            else:
+                tool = tx.tools.by_name(origin.workspace_id, name)
+                if tool is None and name.startswith(CUSTOM_PREFIX):
+                    tool = tx.tools.get(name.removeprefix(CUSTOM_PREFIX))
+                version = None
+        if tool is None or tool.workspace_id != origin.workspace_id:
+            return None
+        return tool.at(version) if version is not None else tool
+
+    def _not_offered(
+        self, origin: Origin, name: str, offer: Offer | None, policy: Policy | None
+    ) -> Result:
+        shown = name[:64]
+        if policy is not None and offer is None:
+            err = error("not_allowed", f"The workspace does not allow {shown}.", {"name": shown})
+        elif offer is not None:
+            available = sorted(offer.builtins) + [f"{CUSTOM_PREFIX}{t}" for t in offer.custom]
+            code = "tool_not_enabled" if name.startswith(CUSTOM_PREFIX) else "unknown_tool"
+            message = (
+                f"No tool named {shown!r} is available to this agent. "
+                f"Available: {', '.join(available)}."
+            )
+            err = error(code, message, {"available": available})
+        else:
+            err = error(
+                "unknown_tool", f"No tool named {shown!r} in this workspace.", {"name": shown}
+            )
+        return refused(origin.call_id, None, None, err)
+
+    # -- helpers
+
+    def _recorded(self, run: Origin, tool: Tool, result: Result) -> Result:
+        self._runs.record_tool(run, tool.id, result)
+        return result
+
+    def _policy(self, origin: Origin) -> Policy:
+        budget = origin.budget
+        if budget.policy is None:
+            with self._uow(readonly=True) as tx:
+                budget.policy = tx.workspaces.policy(origin.workspace_id)
+        return budget.policy
+
+    def _active(self, tool_id: str) -> bool:
+        """The status when the run starts, not when the request arrived (CONTRACT 4)."""
+        with self._uow(readonly=True) as tx:
+            return tx.tools.status(tool_id) == "active"
+
+    def _compiled(self, tool: Tool) -> tuple[Draft202012Validator, str]:
+        """The input validator and entrypoint of a tool version, made once and cached."""
+        key = (tool.id, tool.version)
+        with self._lock:
+            found = self._compiled_cache.get(key)
+            if found is not None:
+                self._compiled_cache.move_to_end(key)
+                return found
+        made = (compile_validator(tool.input_schema), entrypoint_of(tool.language, tool.code))
+        with self._lock:
+            self._compiled_cache[key] = made
+            while len(self._compiled_cache) > 1024:
+                self._compiled_cache.popitem(last=False)
+        return made
+
+
+_RUN_CODE_VALIDATOR = compile_validator(RUN_CODE_SPEC.input_schema)
+
+
+def to_ctx(kind: Kind, result: Result) -> Any:
+    """What ``ctx.tools`` resolves to: the one conversion from a Result.
+
+    Errors become the envelope ``{"error": code, "details"}`` (a nested tool's details carry
+    its whole error and its ``tool_call_id``); a built-in resolves to its value, ``run_code``
+    to its Result, a custom tool to ``{message, rawData, llm, tool_call_id}``."""
+    err = result.error
+    if kind == "run_code":
+        return result.as_dict()
+    if err is not None:
+        if kind == "custom":
+            return {"error": err["code"], "details": {**err, "tool_call_id": result.tool_call_id}}
+        details = err["details"] if err["details"] is not None else {"message": err["message"]}
+        return {"error": err["code"], "details": details}
+    if kind == "builtin":
+        return result.raw_data
+    return {
+        "message": result.message,
+        "rawData": result.raw_data,
+        "llm": result.llm,
+        "tool_call_id": result.tool_call_id,
+    }

@@ -1,0 +1,219 @@
+"""Sandbox runs: one run of code for one call, its link back to the platform, and its record.
+
+The router decides *what* runs; this module runs it. Each run gets a ``RunLink`` of its own
+(made here, dropped when the run ends) whose ``call`` is the router's ``from_code`` bound to
+this run's origin: the runner never holds a service, and nothing of one run's link can be
+reached by another run.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from toolkiln.domain.execution import RunOutcome, RunRequest
+from toolkiln.domain.ids import utcnow
+from toolkiln.domain.limits import MAX_TIMEOUT_MS
+from toolkiln.domain.origin import Origin
+from toolkiln.domain.problems import scrub, text_problems
+from toolkiln.domain.records import CallRecord
+from toolkiln.domain.results import Result, error, last_error_text, refused, shape
+from toolkiln.domain.tools import AUTO_DISABLE_REASON
+from toolkiln.services.ports import CodeRunner, UnitOfWork, UnitOfWorkFactory
+
+FromCode = Callable[[Origin, str, Any], Any]
+MAX_AUDIT_ROWS = 200  # ctx.audit rows per run
+MAX_AUDIT_ROW_BYTES = 16 * 1024  # the JSON of one row's data
+MAX_AUDIT_EVENT_CHARS = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Code:
+    """What a run runs: a tool version, a draft, or a run_code snippet."""
+
+    language: str
+    code: str
+    entry: str
+    timeout_ms: int
+
+
+class _Link:
+    """One run's RunLink: ctx calls go to the router with this run's origin."""
+
+    __slots__ = ("_admit", "_from_code", "_origin")
+
+    def __init__(self, origin: Origin, from_code: FromCode, admit: Callable[[], bool]) -> None:
+        self._origin = origin
+        self._from_code = from_code
+        self._admit = admit
+
+    def admit(self) -> bool:
+        return self._admit()
+
+    def call(self, name: str, payload: Any) -> Any:
+        return self._from_code(self._origin.from_code(), name, payload)
+
+    def audit(self, event: str, data: Any) -> None:
+        """``custom.<event>`` with ``data`` exactly as given; rows over the caps are dropped
+        (the run goes on: an audit trail is never a way to fail or flood a call)."""
+        origin = self._origin
+        custom = sum(1 for r in origin.rows if r.event.startswith("custom."))
+        if custom >= MAX_AUDIT_ROWS or not isinstance(event, str):
+            return
+        if not 0 < len(event) <= MAX_AUDIT_EVENT_CHARS or text_problems("event", event):
+            return
+        if text_problems("data", data):
+            return
+        try:
+            size = len(json.dumps(data, ensure_ascii=False, allow_nan=False).encode())
+        except (TypeError, ValueError, RecursionError):
+            return
+        if size > MAX_AUDIT_ROW_BYTES:
+            return
+        origin.rows.append(origin.from_code().row(f"custom.{event}", data))
+
+
+class Runs:
+    """Runs code in the language's sandbox, and records what a run did."""
+
+    def __init__(self, uow: UnitOfWorkFactory, runners: dict[str, CodeRunner]) -> None:
+        self._uow = uow
+        self._runners = runners
+
+    def run(
+        self,
+        origin: Origin,
+        code: Code,
+        payload: Any,
+        from_code: FromCode,
+        admit: Callable[[], bool] = lambda: True,
+    ) -> RunOutcome:
+        """One run, bounded by the code's timeout and the time the whole call has left."""
+        runner = self._runners.get(code.language)
+        if runner is None:
+            return RunOutcome("infra", message=f"The {code.language} runtime is not available.")
+        timeout_ms = min(code.timeout_ms, origin.budget.left_ms(), MAX_TIMEOUT_MS)
+        if timeout_ms <= 0:
+            return RunOutcome("timeout", message="No time was left for it.")
+        request = RunRequest(
+            code.language,
+            code.code,
+            code.entry,
+            payload if isinstance(payload, dict) else {},
+            timeout_ms,
+            origin.for_code(),
+            workspace_id=origin.workspace_id,
+            call_id=origin.call_id,
+            share=origin.budget.share,
+        )
+        started = time.perf_counter()
+        try:
+            return runner.run(request, _Link(origin, from_code, admit))
+        except Exception as exc:
+            return RunOutcome(
+                "infra",
+                message=f"The sandbox failed: {type(exc).__name__}",
+                duration_ms=(time.perf_counter() - started) * 1000,
+            )
+
+    @staticmethod
+    def shape(origin: Origin, code: Code, version: int | None, run: RunOutcome) -> Result:
+        """The Result of a run, decided here from what the host saw. Text the sandbox sent
+        that is not storable Unicode never reaches a write: logs and error text are
+        scrubbed; a result value holding such text is the tool's ``invalid_result``."""
+        if run.kind == "not_admitted":
+            err = error("tool_disabled", "The tool was disabled before its run started.")
+            return refused(origin.call_id, origin.tool_id, version, err)
+        run.stdout, run.stderr, run.message = (
+            scrub(run.stdout),
+            scrub(run.stderr),
+            scrub(run.message),
+        )
+        if run.error_type is not None:
+            run.error_type = scrub(run.error_type)
+        if run.kind == "return" and (bad := text_problems("result", run.value)):
+            run = RunOutcome(
+                "unserializable",
+                message=f"{bad[0]['field']} {bad[0]['message']}.",
+                stdout=run.stdout,
+                stderr=run.stderr,
+                duration_ms=run.duration_ms,
+                ctx_calls=run.ctx_calls,
+            )
+        return shape(origin.call_id, origin.tool_id, version, code.entry, run)
+
+    # -- records
+
+    def record_tool(self, origin: Origin, tool_id: str, result: Result) -> None:
+        """Counters, the stored call and every row of the run, in one transaction."""
+        rows = _take(origin)
+        with self._uow() as tx:
+            counted = None
+            if result.reached_execution:
+                counted = tx.tools.count_outcome(
+                    tool_id, result.counts_as_failure, last_error_text(result)
+                )
+            self._store(tx, origin, result, "invoke", tool_id)
+            tx.audit.add_many(rows)
+            tx.audit.add(origin.row("tool.invoked", _summary(origin, result), tool_id=tool_id))
+            if counted is not None and counted.just_disabled:
+                data = {"reason": AUTO_DISABLE_REASON, "failure_count": counted.failure_count}
+                tx.audit.add(origin.row("tool.disabled", data, tool_id=tool_id))
+
+    def record_snippet(self, origin: Origin, result: Result) -> None:
+        """A run_code run stores no call (CONTRACT 4): its rows, then its own
+        ``builtin.called`` row, in one transaction."""
+        rows = _take(origin)
+        data = {"name": "run_code", **_summary(origin, result)}
+        with self._uow() as tx:
+            tx.audit.add_many(rows)
+            tx.audit.add(origin.row("builtin.called", data))
+
+    def flush(self, origin: Origin) -> None:
+        """Rows of a call that made no run of its own (a built-in called at the root, a
+        test run): written in one transaction."""
+        rows = _take(origin)
+        if rows:
+            with self._uow() as tx:
+                tx.audit.add_many(rows)
+
+    @staticmethod
+    def _store(
+        tx: UnitOfWork, origin: Origin, result: Result, kind: str, tool_id: str | None
+    ) -> None:
+        tx.calls.add(
+            CallRecord(
+                result.tool_call_id,
+                origin.workspace_id,
+                tool_id,
+                result.version,
+                kind,
+                result.status,
+                result.error["code"] if result.error else None,
+                result.as_dict(),
+                origin.caller.agent_id,
+                utcnow(),
+            )
+        )
+
+
+def _take(origin: Origin) -> list[Any]:
+    rows = list(origin.rows)
+    origin.rows.clear()
+    return rows
+
+
+def _summary(origin: Origin, result: Result) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "status": result.status,
+        "error": result.error["code"] if result.error else None,
+        "duration_ms": result.duration_ms,
+        "ctx_calls": result.ctx_calls,
+        "version": result.version,
+    }
+    if origin.parent_call_id is not None:
+        out["parent_call_id"] = origin.parent_call_id
+    return out
