@@ -159,9 +159,19 @@ ATTACKS: list[tuple[str, str, Any]] = [
     (
         "cyclic-result",
         "function handle() { const o = {}; o.o = o; return o }",
-        RUNTIME | {"invalid_result"},
+        {"invalid_result"},
     ),
-    ("bigint-result", "function handle() { return 10n ** 100n }", RUNTIME | {"invalid_result"}),
+    ("bigint-result", "function handle() { return 10n ** 100n }", {"invalid_result"}),
+    (
+        "bigint-nested-in-main",
+        "function main() { return { message: 'm', rawData: { n: 1n } } }",
+        {"invalid_result"},
+    ),
+    (
+        "throwing-tojson-result",
+        "function handle() { return { toJSON() { throw new Error('no') } } }",
+        {"invalid_result"},
+    ),
     (
         "throw-non-error",
         "function handle() { throw { toString() { throw new Error('nested') } }; return 1 }",

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import select
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,13 @@ def _prepared(code: str) -> tuple[str, list[str]]:
 
 
 CLEAN = {"return", "exception", "not_admitted"}
+
+
+def _quiet(child: WarmChild) -> bool:
+    """The worker's control socket has nothing to say: it never writes there, so any byte
+    (or its close) means it is not a worker to hand another call."""
+    ready, _, _ = select.select([child.sock], [], [], 0)
+    return not ready
 
 
 class JavaScriptSandbox(PythonSandbox):
@@ -64,9 +73,23 @@ class JavaScriptSandbox(PythonSandbox):
     def _take(self, timeout: float) -> WarmChild:
         return self.template.take(timeout=timeout, replenish=False)
 
-    def _release(self, child: WarmChild, outcome: RunOutcome | None) -> None:
+    def _open_channel(self, child: WarmChild) -> socket.socket:
+        """A channel of this call's own, handed to the worker over its control socket with
+        one byte (SCM_RIGHTS) and closed when the call ends: nothing written on it can be
+        read by the worker's next call, whatever state this call leaves it in."""
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            socket.send_fds(child.sock, [b"C"], [theirs.fileno()])
+        except OSError:
+            mine.close()
+            raise
+        finally:
+            theirs.close()
+        return mine
+
+    def _release(self, child: WarmChild, outcome: RunOutcome | None, clean: bool) -> None:
         memory = outcome is not None and outcome.error_type == "MemoryError"
-        if outcome is not None and outcome.kind in CLEAN and not memory:
+        if clean and outcome is not None and outcome.kind in CLEAN and not memory and _quiet(child):
             child.uses += 1
             if child.uses < RECYCLE_AFTER:
                 self.template.give_back(child)
@@ -78,6 +101,7 @@ class JavaScriptSandbox(PythonSandbox):
 
     def describe(self) -> dict[str, Any]:
         described = super().describe()
+        described["isolation"]["channel"] = "a socketpair per call, passed to the worker"
         described.update(
             entrypoints=[
                 {"name": "main", "signature": "[export] [async] function main(params, ctx?)"},

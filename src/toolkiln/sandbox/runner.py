@@ -6,18 +6,21 @@ import contextlib
 import itertools
 import logging
 import os
+import secrets
 import signal
+import socket
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from toolkiln.domain.execution import RunLink, RunOutcome, RunRequest
 from toolkiln.sandbox.cgroups import Cgroups
-from toolkiln.sandbox.jail import frames
+from toolkiln.sandbox.jail import protocol
 from toolkiln.sandbox.packages import PYTHON_PACKAGES, PackageStore
 from toolkiln.sandbox.pool import SandboxUnavailable, Template, WarmChild
+from toolkiln.sandbox.session import Session
 
 log = logging.getLogger("toolkiln.sandbox")
 _instances = itertools.count()
@@ -43,12 +46,8 @@ class Limits:
     max_open_files: int = 64
     max_file_mb: int = 16
     scratch_mb: int = 64
-    max_log_bytes: int = 64 * 1024
-    max_result_bytes: int = 1024 * 1024
-    max_request_bytes: int = 4 * 1024 * 1024
-    max_reply_bytes: int = 1024 * 1024
-    max_frame_bytes: int = 1024 * 1024 + 2 * 64 * 1024 + 4096
     max_cpu_s: int = 31
+    caps: protocol.Caps = field(default_factory=protocol.Caps)  # frame sizes, quotas
 
 
 def _ro_paths() -> list[str]:
@@ -96,10 +95,10 @@ class PythonSandbox:
             "max_threads": lim.max_threads,
             "max_open_files": lim.max_open_files,
             "max_file_mb": lim.max_file_mb,
-            "max_log_bytes": lim.max_log_bytes,
-            "max_result_bytes": lim.max_result_bytes,
-            "max_request_bytes": lim.max_request_bytes,
-            "max_reply_bytes": lim.max_reply_bytes,
+            "max_log_bytes": lim.caps.log_bytes,
+            "max_result_bytes": lim.caps.result_bytes,
+            "max_request_bytes": lim.caps.request_bytes,
+            "max_reply_bytes": lim.caps.reply_bytes,
             "curated": {k: v[0] for k, v in PYTHON_PACKAGES.items()},
         }
         try:
@@ -163,9 +162,13 @@ class PythonSandbox:
                 "open_files": lim.max_open_files,
                 "file_size_mb": lim.max_file_mb,
                 "scratch_mb": lim.scratch_mb,
-                "stdout_bytes": lim.max_log_bytes,
-                "stderr_bytes": lim.max_log_bytes,
-                "result_bytes": lim.max_result_bytes,
+                "stdout_bytes": lim.caps.log_bytes,
+                "stderr_bytes": lim.caps.log_bytes,
+                "result_bytes": lim.caps.result_bytes,
+                "ctx_reply_bytes": lim.caps.reply_bytes,
+                "audit_rows": lim.caps.audit_rows,
+                "audit_row_bytes": lim.caps.audit_row_bytes,
+                "audit_bytes": lim.caps.audit_bytes,
                 "ctx_calls": 50,
             },
             "isolation": {
@@ -178,7 +181,7 @@ class PythonSandbox:
 
     def run(self, req: RunRequest, link: RunLink) -> RunOutcome:
         outcome = self._run_once(req, link)
-        needed = outcome.details.pop("needed_packages", None)
+        needed = [n for n in outcome.details.pop("needed_packages", ()) if n in PYTHON_PACKAGES]
         if needed and outcome.details.pop("failed_on_load", False):
             problems = self.packages.install(needed)
             if problems:
@@ -201,45 +204,50 @@ class PythonSandbox:
         except SandboxUnavailable as exc:
             return RunOutcome("infra", message=str(exc))
         if not link.admit():
-            self._release(child, RunOutcome("not_admitted"))
+            self._release(child, RunOutcome("not_admitted"), clean=True)
             return RunOutcome("not_admitted")
-        calls = 0
-        reader = frames.Reader(child.sock)
+        run = secrets.token_hex(8)  # every frame of this run must carry it
+        session = Session(self.limits.caps, run, link)
         outcome: RunOutcome | None = None
+        chan: socket.socket | None = None
+        clean = False  # the run ended by its own report, and nothing of it is left unread
         try:
+            chan = self._open_channel(child)
+            reader = protocol.Reader(chan)
             frame = {
+                "op": protocol.RUN,
+                "run": run,
                 "code": req.code,
                 "entry": req.entry,
                 "input": req.input,
                 "timeout_ms": req.timeout_ms,
                 "context": req.context,
             }
-            frames.send(child.sock, {**frame, **(extra or {})})
-            while True:
-                msg = reader.recv(self.limits.max_frame_bytes, deadline)
-                op = msg.get("op") if isinstance(msg, dict) else None
-                if op == "call":
-                    calls += 1
-                    reply = link.call(str(msg.get("tool")), msg.get("input"))
-                    frames.send(child.sock, {"id": msg.get("id"), "result": reply})
-                elif op == "audit":
-                    link.audit(str(msg.get("event")), msg.get("data"))
-                elif op == "result":
-                    outcome = self._from_report(msg)
-                    break
-                else:
-                    outcome = RunOutcome("garbled", message="unknown frame")
-                    break
-        except frames.FrameError as exc:
+            protocol.send(chan, {**frame, **(extra or {})}, repair=True)
+            while outcome is None:
+                raw = reader.recv(self.limits.caps.frame_bytes, deadline)
+                msg = protocol.parse(raw, run, self.limits.caps, reader.repaired, reader.size)
+                outcome = session.handle(msg, chan)
+            if session.ended and reader.pending():
+                # More after the result: the channel is out of step, whatever the report says.
+                outcome = RunOutcome("garbled", message="frames after the result")
+            clean = session.ended and outcome.kind != "garbled"
+        except protocol.FrameError as exc:
             outcome = self._from_frame_error(exc, child, deadline)
         except OSError as exc:
-            outcome = self._from_frame_error(frames.FrameError("eof", str(exc)), child, deadline)
+            outcome = self._from_frame_error(protocol.FrameError("eof", str(exc)), child, deadline)
         finally:
-            self._release(child, outcome)
+            if chan is not None and chan is not child.sock:
+                chan.close()
+            self._release(child, outcome, clean)
         assert outcome is not None
         outcome.duration_ms = (time.perf_counter() - started) * 1000
-        outcome.ctx_calls = calls
+        outcome.ctx_calls = session.calls
         return outcome
+
+    def _open_channel(self, child: WarmChild) -> socket.socket:
+        """The channel of one run. A Python child serves one run: its own socket is it."""
+        return child.sock
 
     def _configure(self, config: dict[str, Any]) -> None:
         """Hook for other runtimes on the same jail."""
@@ -247,49 +255,21 @@ class PythonSandbox:
     def _take(self, timeout: float) -> WarmChild:
         return self.template.take(timeout=timeout)
 
-    def _release(self, child: WarmChild, outcome: RunOutcome | None) -> None:
+    def _release(self, child: WarmChild, outcome: RunOutcome | None, clean: bool) -> None:
         """A Python child serves one call: it is killed whatever happened."""
         child.close()
         if outcome is not None and outcome.kind not in {"crash", "violation", "memory"}:
             self.template.forget_exit(child.pid)
 
-    def _from_report(self, msg: dict[str, Any]) -> RunOutcome:
-        kind = msg.get("kind")
-        out = RunOutcome(
-            "garbled",
-            stdout=str(msg.get("stdout", ""))[: self.limits.max_log_bytes + 100],
-            stderr=str(msg.get("stderr", ""))[: self.limits.max_log_bytes + 100],
-        )
-        needed = msg.get("needed_packages")
-        if isinstance(needed, list) and all(isinstance(n, str) for n in needed) and needed:
-            out.details["needed_packages"] = [n for n in needed if n in PYTHON_PACKAGES]
-            out.details["failed_on_load"] = msg.get("phase") == "load"
-        if kind == "return":
-            out.kind, out.value = "return", msg.get("value")
-        elif kind == "exception":
-            etype = str(msg.get("type", "Exception"))[:200]
-            out.kind = "memory" if etype == "MemoryError" else "exception"
-            out.error_type = etype
-            out.message = str(msg.get("message", ""))[:2000]
-            line, column = msg.get("line"), msg.get("column")
-            out.line = line if isinstance(line, int) else None
-            out.column = column if isinstance(column, int) else None
-        elif kind == "unserializable":
-            out.kind, out.message = "unserializable", str(msg.get("message", ""))[:500]
-        elif kind == "too_large":
-            out.kind = "too_large"
-            out.details = {"max_bytes": self.limits.max_result_bytes}
-        return out
-
     def _from_frame_error(
-        self, exc: frames.FrameError, child: WarmChild, deadline: float
+        self, exc: protocol.FrameError, child: WarmChild, deadline: float
     ) -> RunOutcome:
         # Past the deadline, whatever ended the process (our clock, or its CPU rlimit when
         # this thread woke late on a loaded host), the call ran out of time.
         if exc.kind == "timeout" or time.monotonic() >= deadline:
             return RunOutcome("timeout")
         if exc.kind == "too_large":
-            return RunOutcome("too_large", details={"max_bytes": self.limits.max_result_bytes})
+            return RunOutcome("too_large", details={"max_bytes": self.limits.caps.result_bytes})
         if exc.kind == "garbage":
             return RunOutcome("garbled", message=str(exc))
         info = self.template.wait_exit(child.pid, timeout=2.0)

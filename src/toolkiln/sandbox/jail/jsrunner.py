@@ -14,7 +14,8 @@ import json
 import re
 import socket
 
-import frames
+import protocol
+from pyrunner import result_frame
 
 PRELUDE = r"""
 (() => {
@@ -37,8 +38,27 @@ PRELUDE = r"""
   const stringify = JSON.stringify, parse = JSON.parse;  // captured before any tool code
   Object.defineProperty(globalThis, '__tk_logs', { value: () => stringify(logs) });
   Object.defineProperty(globalThis, '__tk_parse', { value: (s) => parse(s) });
-  Object.defineProperty(globalThis, '__tk_finish',
-                        { value: (v) => stringify(v === undefined ? null : v) });
+  const wf = (s) => String(s).toWellFormed();
+  Object.defineProperty(globalThis, '__tk_wellformed', { value: (e) => {
+    if (typeof e === 'string') return wf(e);
+    if (e === null || (typeof e !== 'object' && typeof e !== 'function')) return e;
+    try {
+      const name = String(e.name), message = String(e.message), stack = String(e.stack);
+      if (name.isWellFormed() && message.isWellFormed() && stack.isWellFormed()) return e;
+      const copy = new Error(wf(message));
+      copy.name = wf(name);
+      copy.stack = wf(stack);
+      return copy;
+    } catch (x) {
+      return new Error('the thrown value cannot be read');
+    }
+  } });
+  // A value JSON cannot spell (a BigInt, a cycle, a throwing toJSON) is the code's result
+  // error, not a runtime error: it is reported with a prefix no JSON text starts with.
+  Object.defineProperty(globalThis, '__tk_finish', { value: (v) => {
+    try { return stringify(v === undefined ? null : v); }
+    catch (e) { return '!' + String(e && e.message).slice(0, 300); }
+  } });
   for (const name of ['setTimeout', 'clearTimeout', 'setInterval', 'clearInterval',
                       'SharedArrayBuffer', 'Atomics', 'WebAssembly', '__TimerManager']) {
     try { delete globalThis[name]; } catch (e) {}
@@ -47,13 +67,16 @@ PRELUDE = r"""
 })();
 """
 
+# Strings cross from V8 to Python only as JSON text made by the JSON.stringify captured
+# here (it escapes lone surrogates, which the engine's own string conversion cannot pass).
 INSTALL_CTX = """(host, info) => {
-  const encode = (input) => JSON.stringify(input === undefined ? null : input);
-  const call = (name, input) => host(String(name), encode(input)).then((r) => JSON.parse(r));
+  const stringify = JSON.stringify, parse = JSON.parse;
+  const encode = (input) => stringify(input === undefined ? null : input);
+  const call = (name, input) => host(stringify(String(name)), encode(input)).then((r) => parse(r));
   const tools = new Proxy({}, {
     get: (_, name) => (typeof name === 'string' ? (input) => call(name, input) : undefined),
   });
-  const meta = JSON.parse(info);
+  const meta = parse(info);
   const audit = (event, data) =>
     call('__audit__', [event, data === undefined ? null : data]).then(() => undefined);
   const ctx = Object.freeze({ ...meta, tools, audit });
@@ -78,7 +101,12 @@ LOADER = """(sourcesJson, listedJson) => {
                         { value: (m) => (m && m.__esModule && 'default' in m ? m.default : m) });
 }"""
 
-RUNNER = """async (input) => __tk_finish(await __ENTRY__(__tk_parse(input), __tk_ctx))"""
+# What the code throws is made well-formed text before the engine converts it for Python
+# (a lone surrogate in an error's name or message would break that conversion).
+RUNNER = """async (input) => {
+  try { return __tk_finish(await __ENTRY__(__tk_parse(input), __tk_ctx)); }
+  catch (e) { throw __tk_wellformed(e); }
+}"""
 
 
 def preload(mr_module: object) -> None:
@@ -141,7 +169,7 @@ async def _run(mr, req: dict, link, heap_bytes: int) -> dict:
     calls = {"n": 0}
 
     async def host(*args: object) -> str:
-        name, payload = str(args[0]), json.loads(str(args[1]))
+        name, payload = json.loads(str(args[0])), json.loads(str(args[1]))
         if name == "__audit__":
             event, data = (
                 payload if isinstance(payload, list) and len(payload) == 2 else (None, None)
@@ -175,6 +203,11 @@ async def _run(mr, req: dict, link, heap_bytes: int) -> dict:
                     "message": "JavaScript heap limit reached",
                 }
             return _error(exc)
+        if value.startswith("!"):
+            return {
+                "kind": "unserializable",
+                "message": f"{value[1:]}.",
+            }
         return {"kind": "return", "value": json.loads(value)}
 
 
@@ -192,25 +225,39 @@ async def _one(mr_module: object, req: dict, link, heap: int) -> tuple[dict, dic
 
 
 def serve(sock: socket.socket, cfg: dict, mr_module: object, link_factory) -> None:
-    """Answer requests until the host closes the channel (or kills us)."""
-    link = link_factory(sock, int(cfg["max_reply_bytes"]))
+    """Serve calls until the host closes the control channel (or kills us).
+
+    The control channel only ever carries one byte per call with the call's own channel
+    attached (SCM_RIGHTS); the call's request, ctx frames and result travel on that channel,
+    which is closed when the call ends, so no byte of one call can be read by the next."""
     heap = int(cfg.get("js_heap_mb", 128)) * 1024 * 1024
     while True:
         try:
-            req = link.reader.recv(int(cfg["max_request_bytes"]))
-        except frames.FrameError:
+            msg, fds, _, _ = socket.recv_fds(sock, 1, 1)
+        except OSError:
             return
-        report, logs = asyncio.run(_one(mr_module, req, link, heap))
-        marker = f"\n[truncated: {logs['dropped']} more bytes]" if logs.get("dropped") else ""
-        report.update(
-            op="result", stdout="".join(logs["out"]) + marker, stderr="".join(logs["err"])
-        )
+        if not msg or len(fds) != 1:
+            return  # not the host's way of starting a call: stop serving
+        chan = socket.socket(fileno=fds[0])
         try:
-            data = frames.encode(report)
-        except (TypeError, ValueError, RecursionError) as exc:
-            data = frames.encode(
-                {"op": "result", "kind": "unserializable", "message": str(exc)[:300]}
-            )
-        if len(data) > int(cfg["max_result_bytes"]):
-            data = frames.encode({"op": "result", "kind": "too_large", "size": len(data)})
-        sock.sendall(data)
+            _serve_call(chan, cfg, mr_module, link_factory(chan, int(cfg["max_reply_bytes"])), heap)
+        except (OSError, protocol.FrameError):
+            pass  # the host gave up on this call (and will retire us if it must)
+        finally:
+            chan.close()
+
+
+def _serve_call(chan: socket.socket, cfg: dict, mr_module: object, link, heap: int) -> None:
+    req = link.reader.recv(int(cfg["max_request_bytes"]))
+    if not isinstance(req, dict) or req.get("op") != protocol.RUN:
+        return
+    link.run = req.get("run")
+    report, logs = asyncio.run(_one(mr_module, req, link, heap))
+    marker = f"\n[truncated: {logs['dropped']} more bytes]" if logs.get("dropped") else ""
+    report.update(
+        op=protocol.RESULT,
+        run=link.run,
+        stdout="".join(logs["out"]) + marker,
+        stderr="".join(logs["err"]),
+    )
+    chan.sendall(result_frame(report, link.run, int(cfg["max_result_bytes"])))

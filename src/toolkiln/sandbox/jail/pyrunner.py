@@ -13,7 +13,7 @@ import resource
 import socket
 import sys
 
-import frames
+import protocol
 
 TOOL_FILE = "<tool>"
 # Each preloaded module makes every fork (and exit) dearer: on the reference VM the full
@@ -94,28 +94,36 @@ class ToolkilnLinkError(Exception):
 
 
 class _Link:
+    """The jail's end of one run's channel: ctx calls and audit rows, tagged with the run."""
+
     def __init__(self, sock: socket.socket, max_reply: int) -> None:
         self.sock = sock
-        self.reader = frames.Reader(sock)
+        self.reader = protocol.Reader(sock)
         self.max_reply = max_reply
         self.next_id = 0
+        self.run = None  # the host's id for this run, from its run frame
 
     def call(self, tool: str, payload: object) -> object:
         self.next_id += 1
+        frame = {"op": protocol.CALL, "run": self.run, "id": self.next_id, "tool": tool}
         try:
-            frames.send(
-                self.sock, {"op": "call", "id": self.next_id, "tool": tool, "input": payload}
-            )
+            protocol.send(self.sock, {**frame, "input": payload})
             reply = self.reader.recv(self.max_reply)
-        except (OSError, frames.FrameError, TypeError, ValueError) as exc:
+        except (OSError, protocol.FrameError, TypeError, ValueError) as exc:
             raise ToolkilnLinkError(f"ctx.tools.{tool}: the platform link failed: {exc}") from None
-        if not isinstance(reply, dict) or reply.get("id") != self.next_id:
+        if (
+            not isinstance(reply, dict)
+            or reply.get("op") != protocol.REPLY
+            or reply.get("run") != self.run
+            or reply.get("id") != self.next_id
+        ):
             raise ToolkilnLinkError("ctx: the platform sent an unexpected reply")
         return reply.get("result")
 
     def audit(self, event: object, data: object) -> None:
+        frame = {"op": protocol.AUDIT, "run": self.run, "event": event, "data": data}
         try:
-            frames.send(self.sock, {"op": "audit", "event": event, "data": data})
+            protocol.send(self.sock, frame)
         except (OSError, TypeError, ValueError) as exc:
             raise ToolkilnLinkError(f"ctx.audit: {exc}") from None
 
@@ -239,7 +247,7 @@ def _warm_up(link: _Link, finder: PackageFinder) -> None:
         "entry": "main",
         "input": {},
     }
-    frames.encode(_execute(sample, link, finder))
+    protocol.encode(_execute(sample, link, finder))
 
 
 def serve(sock: socket.socket, cfg: dict) -> None:
@@ -253,6 +261,7 @@ def serve(sock: socket.socket, cfg: dict) -> None:
     if cfg.get("warm_up", True):
         _warm_up(link, finder)
     req = link.reader.recv(int(cfg["max_request_bytes"]))
+    link.run = req.get("run")
     cpu = max(1, min(int(cfg["max_cpu_s"]), int(req.get("timeout_ms", 5000)) // 1000 + 1))
     # Soft below hard: SIGXCPU first (reported as a timeout), SIGKILL a second later.
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
@@ -260,33 +269,27 @@ def serve(sock: socket.socket, cfg: dict) -> None:
     report = _execute(req, link, finder)
     sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
     report.update(
-        op="result",
+        op=protocol.RESULT,
+        run=link.run,
         stdout=out.text(),
         stderr=err.text(),
         needed_packages=finder.needed,
     )
-    try:
-        data = frames.encode(report)
-    except (TypeError, ValueError, RecursionError) as exc:
-        data = frames.encode(
-            {
-                "op": "result",
-                "kind": "unserializable",
-                "message": f"the return value is not JSON: {_safe_str(exc)}",
-                "stdout": report["stdout"],
-                "stderr": report["stderr"],
-            }
-        )
-    if len(data) > int(cfg["max_result_bytes"]):
-        data = frames.encode(
-            {
-                "op": "result",
-                "kind": "too_large",
-                "size": len(data),
-                "stdout": report["stdout"][:1000],
-                "stderr": report["stderr"][:1000],
-            }
-        )
-    sock.sendall(data)
+    sock.sendall(result_frame(report, link.run, int(cfg["max_result_bytes"])))
     sock.shutdown(socket.SHUT_WR)
     os._exit(0)
+
+
+def result_frame(report: dict, run: object, max_bytes: int) -> bytes:
+    """The encoded result, or the report of why it cannot be sent (shared with jsrunner)."""
+    head = {"op": protocol.RESULT, "run": run}
+    logs = {"stdout": report.get("stdout", ""), "stderr": report.get("stderr", "")}
+    try:
+        data = protocol.encode(report)
+    except (TypeError, ValueError, RecursionError) as exc:
+        message = f"{_safe_str(exc)[:300]}."
+        data = protocol.encode({**head, "kind": "unserializable", "message": message, **logs})
+    if len(data) > max_bytes:
+        short = {k: v[:1000] for k, v in logs.items()}
+        data = protocol.encode({**head, "kind": "too_large", "size": len(data), **short})
+    return data

@@ -1,0 +1,89 @@
+"""Two workspaces on one service: nothing of one workspace's call reaches the other's.
+
+The JavaScript runtime keeps long-lived workers, so these tests run against a service with
+ONE worker: every call of both workspaces lands on the same process, the worst case for a
+channel that could go out of step between calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from tests.conftest import own_service
+from tests.security.tenants import Tenant, tenant
+from toolkiln.app import Runtime
+
+TOKEN = "tk_cross-workspace-suite-admin"
+A_SECRET = "A-SECRET-8d1f0c"
+
+# A reply to ctx larger than the worker's frame cap: the nested tool's result is under the
+# result cap, but message + rawData + llm together are not.
+BIG = "def handle(input, ctx):\n    return 'x' * 600_000\n"
+DESYNC = {
+    "javascript": (
+        "async function handle(input, ctx) {\n"
+        "  let first;\n"
+        "  try { first = await ctx.tools.big({}); } catch (e) { first = {link: e.message}; }\n"
+        "  return first && first.error;\n"
+        "}\n"
+    ),
+    "python": (
+        "def handle(input, ctx):\n"
+        "    try:\n"
+        "        first = ctx.tools.big({})\n"
+        "    except ctx.LinkError as exc:\n"
+        "        first = {'link': str(exc)}\n"
+        "    return first.get('error')\n"
+    ),
+}
+SECRET_TOOL = (
+    "async function main(p, ctx) {\n"
+    "  await ctx.audit('from-a', { secret: p.secret });\n"
+    "  return { message: 'mine', rawData: { secret: p.secret } };\n"
+    "}\n"
+)
+
+
+@dataclass
+class Pair:
+    runtime: Runtime
+    a: Tenant
+    b: Tenant
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
+    data_dir = tmp_path_factory.mktemp("cross-workspace")
+    with own_service(data_dir, TOKEN, sandbox_js_workers=1) as (rt, client, _):
+        a, b = tenant(rt, client, "tenant-a"), tenant(rt, client, "tenant-b")
+        a.tool("big", BIG, language="python")
+        yield Pair(rt, a, b)
+
+
+@pytest.mark.parametrize("language", ["javascript", "python"])
+def test_an_oversized_ctx_reply_leaves_nothing_for_the_next_call(pair: Pair, language: str) -> None:
+    a, b = pair.a, pair.b
+    desync = a.tool(f"desync-{language}", DESYNC[language], language=language)
+    secret = a.tool(f"secret-{language}", SECRET_TOOL)
+    mine = b.tool(f"mine-{language}", "function main(p) { return { message: 'b-' + p.n } }")
+
+    first = a.invoke(desync)
+    a_second = a.invoke(secret, {"secret": A_SECRET})
+    b_first = b.invoke(mine, {"n": 1})
+    b_second = b.invoke(mine, {"n": 2})
+    assert A_SECRET not in str(b_first) and A_SECRET not in str(b_second)
+    assert a_second["status"] == "ok" and a_second["raw_data"] == {"secret": A_SECRET}, a_second
+    assert b_first["status"] == "ok" and b_first["message"] == "b-1", b_first
+    assert b_second["status"] == "ok" and b_second["message"] == "b-2", b_second
+    # A's ctx requests are A's: audited on A's call, never run as B's.
+    a_events = [row["event"] for row in a.stored(a_second["tool_call_id"])["audit"]]
+    assert "custom.from-a" in a_events
+    for call in (b_first, b_second):
+        rows = b.stored(call["tool_call_id"])["audit"]
+        assert [row["event"] for row in rows] == ["tool.invoked"], rows
+        assert A_SECRET not in str(rows)
+    # The host never sends a reply over the jail's cap: the code reads an error envelope.
+    assert first["status"] == "ok" and first["raw_data"] == "too_large", first
