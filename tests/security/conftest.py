@@ -71,7 +71,7 @@ class Target:
         deadline = time.monotonic() + 5
         while True:
             running = len(self.sandbox_processes())
-            ready = sum(s.template._ready.qsize() for s in self.runtime.sandboxes.values())
+            ready = sum(s.template.health()["warm"] for s in self.runtime.sandboxes.values())
             if running <= ready + 1:  # +1: a replacement may be between fork and "ready"
                 return
             assert time.monotonic() < deadline, f"{running} sandbox processes, {ready} warm"

@@ -50,12 +50,12 @@ ATTACKS: list[tuple[str, str, set[str] | Callable[[dict], bool]]] = [
     (
         "proc-environ-of-everyone",
         "import os\ndef handle(i, c):\n    out = []\n    for p in os.listdir('/proc'):\n        if p.isdigit():\n            try:\n                out.append(open(f'/proc/{p}/environ','rb').read().decode())\n            except OSError:\n                pass\n    return out",
-        lambda r: r["status"] == "ok" and no_secret(r),
+        lambda r: no_secret(r),  # there is no /proc in the jail at all
     ),
     (
         "pid-namespace-sees-no-host",
         "import os\ndef handle(i, c):\n    return [p for p in os.listdir('/proc') if p.isdigit()]",
-        ok_and(lambda d: all(int(p) < 1000 for p in d)),
+        RUNTIME,  # no /proc: FileNotFoundError
     ),
     (
         "proc-1-root-escape",
@@ -194,7 +194,7 @@ ATTACKS: list[tuple[str, str, set[str] | Callable[[dict], bool]]] = [
     (
         "kill-everyone",
         "import os, signal\ndef handle(i, c):\n    os.kill(-1, signal.SIGKILL)\n    return 'still here'",
-        ok_and(lambda d: d == "still here"),
+        RUNTIME,  # refused: SIGKILL is a signal tool code may not send (docs/security.md)
     ),
     (
         "rwx-memory-for-shellcode",

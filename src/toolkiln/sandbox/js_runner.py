@@ -95,9 +95,9 @@ class JavaScriptSandbox(PythonSandbox):
                 self.template.give_back(child)
                 return
         child.close()
-        self.template.replace()
+        self.template.replace(child)
         if outcome is not None and outcome.kind not in {"crash", "violation", "memory"}:
-            self.template.forget_exit(child.pid)
+            self.template.forget_exit(child)
 
     def describe(self) -> dict[str, Any]:
         described = super().describe()

@@ -1,12 +1,21 @@
-"""The host's handle on one template process and the warm children it prepares."""
+"""The host's handle on one template process and the warm children it prepares.
+
+The pool heals itself (docs/security.md, "When sandbox processes die"):
+- a keeper thread restarts a dead template with backoff and survives its own errors;
+- every child is checked alive (a poll of its pidfd) before it is handed out, and a dead
+  one is discarded and replaced;
+- how a child ended is reported with the host's judgement of whose doing it was
+  (``ExitInfo.outside``), so a process killed from outside is not counted against the tool.
+"""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import logging
 import os
-import queue
+import select
 import signal
 import socket
 import subprocess
@@ -21,6 +30,19 @@ from toolkiln.sandbox.cgroups import Cgroups, Handle
 
 log = logging.getLogger("toolkiln.sandbox")
 TEMPLATE = Path(__file__).parent / "jail" / "template.py"
+
+# Signals tool code cannot send itself: seccomp refuses them in kill/tkill/tgkill and refuses
+# the other ways to pick a signal (timer_create, fcntl F_SETSIG). A death by one of them that
+# neither the cgroup's OOM killer nor the CPU limit explains came from outside the sandbox.
+OUTSIDE_SIGNALS = frozenset(
+    {signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT}
+)
+# The kernel's RLIMIT_CPU hard limit (never below 1 s, and a tool may lower its own) ends a
+# process with SIGKILL. The CPU time the template reads from wait4 runs ~15% below the
+# limit on this VM (measured: 0.84-0.87 s at a 1 s limit), so a SIGKILL after half a second
+# of CPU is read as the CPU limit: the tool's timeout, counted.
+CPU_LIMIT_KILL_S = 0.5
+BACKOFF_FIRST_S, BACKOFF_MAX_S = 0.05, 5.0
 
 
 class SandboxUnavailable(Exception):
@@ -37,6 +59,16 @@ class WarmChild:
     sock: socket.socket
     cgroup: Handle | None = None
     uses: int = 0  # calls served (JavaScript workers serve several)
+    gen: int = 0  # which template process forked it
+
+    def alive(self) -> bool:
+        """A pidfd polls readable once its process has ended."""
+        try:
+            poller = select.poll()
+            poller.register(self.pidfd, select.POLLIN)
+            return not poller.poll(0)
+        except (OSError, ValueError):
+            return False
 
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError, OSError):
@@ -51,32 +83,38 @@ class WarmChild:
 
 @dataclass(slots=True)
 class ExitInfo:
+    """How a child ended, as the template saw it, and what the host makes of it."""
+
     code: int | None
     signal: int | None
     oom: bool
+    cpu_s: float = 0.0
+    outside: str | None = None  # set when the death is not the tool's doing (infra_error)
+
+    @property
+    def cpu_limit(self) -> bool:
+        """Killed by the kernel at the CPU-time hard limit (the tool's own time ran out)."""
+        return self.signal == signal.SIGKILL and self.cpu_s >= CPU_LIMIT_KILL_S
 
 
-@dataclass
-class Template:
-    """Starts ``jail/template.py`` and keeps a queue of warm children from it."""
+def judge(code: int | None, sig: int | None, oom: bool, cpu_s: float) -> ExitInfo:
+    info = ExitInfo(code, sig, oom, cpu_s)
+    if sig in OUTSIDE_SIGNALS and not oom and not info.cpu_limit:
+        info.outside = f"the sandbox process was killed by {signal.Signals(sig).name} from outside"
+    return info
 
-    config: dict[str, Any]
-    cgroups: Cgroups | None
-    strict: bool = True
-    layers: dict[str, Any] = field(default_factory=dict)
-    problems: list[str] = field(default_factory=list)
 
-    def __post_init__(self) -> None:
-        self._ready: queue.Queue[WarmChild] = queue.Queue()
-        self._exits: dict[int, ExitInfo] = {}
-        self._handles: dict[int, Handle | None] = {}
-        self._cond = threading.Condition()
-        self._alive = False
+class _Generation:
+    """One started template process: its control socket and what it reported at start."""
+
+    def __init__(self, number: int, config: dict[str, Any], strict: bool) -> None:
+        self.number = number
+        self.alive = False
         host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self._ctl = host
+        self.ctl = host
         argv = [sys.executable, "-I", "-S", "-B", str(TEMPLATE)]
-        self._proc = subprocess.Popen(
-            [*argv, json.dumps({**self.config, "strict": self.strict}), str(child.fileno())],
+        self.proc = subprocess.Popen(
+            [*argv, json.dumps({**config, "strict": strict}), str(child.fileno())],
             pass_fds=[child.fileno()],
             env={},
             stdin=subprocess.DEVNULL,
@@ -85,34 +123,115 @@ class Template:
             start_new_session=True,
         )
         child.close()
-        self._ctl.settimeout(30)
+        self.ctl.settimeout(30)
         try:
-            raw = self._ctl.recv(65536)
-        except TimeoutError as exc:
-            self._proc.kill()
+            raw = self.ctl.recv(65536)
+        except (TimeoutError, OSError) as exc:
+            self.stop()
             raise SandboxUnavailable("the sandbox template did not start in time") from exc
+        self.ctl.settimeout(None)
         hello = json.loads(raw) if raw else {}
-        self.layers = hello.get("layers", {})
+        self.layers: dict[str, Any] = hello.get("layers", {})
         self.problems = list(hello.get("problems", ["the template exited during set-up"]))
+
+    def request(self, n: int) -> None:
+        with contextlib.suppress(OSError):
+            self.ctl.send(json.dumps({"op": "spawn", "n": n}).encode())
+
+    def stop(self) -> None:
+        self.alive = False
+        with contextlib.suppress(OSError):
+            self.ctl.send(json.dumps({"op": "stop"}).encode())
+        with contextlib.suppress(OSError):
+            self.proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)
+        self.ctl.close()
+
+
+@dataclass
+class Template:
+    """Starts ``jail/template.py``, keeps a queue of warm children from it, and restarts it
+    when it dies."""
+
+    config: dict[str, Any]
+    cgroups: Cgroups | None
+    strict: bool = True
+    layers: dict[str, Any] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._ready: collections.deque[WarmChild] = collections.deque()
+        self._exits: dict[tuple[int, int], ExitInfo] = {}
+        self._handles: dict[tuple[int, int], Handle | None] = {}
+        self._cond = threading.Condition()
+        self._closed = threading.Event()
+        self._gens = 0
+        self._gen: _Generation | None = None
+        self._dead_gens: set[int] = set()
+        self._degraded: str | None = None
+        self._restarts = 0
+        self._discarded = 0
+        self._start()  # the first start is synchronous: strict mode refuses to run without it
+        self._keeper = threading.Thread(target=self._keep, name="sandbox-keeper", daemon=True)
+        self._keeper.start()
+
+    # --- starting, watching and restarting the template
+
+    def _start(self) -> None:
+        """Start a template process (again); callers see it only once it is ready."""
+        self._gens += 1
+        gen = _Generation(self._gens, self.config, self.strict)
+        layers, problems = gen.layers, gen.problems
         if self.cgroups is None or self.cgroups.version is None:
-            self.problems.append("no cgroup with memory and pids controllers")
-        self.layers["cgroup"] = self.cgroups.version if self.cgroups else None
-        if self.problems and self.strict:
-            self.close()
-            raise SandboxUnavailable("; ".join(self.problems))
-        self._ctl.settimeout(None)
-        self._alive = True
-        self._reader = threading.Thread(target=self._read, name="sandbox-template", daemon=True)
-        self._reader.start()
+            problems.append("no cgroup with memory and pids controllers")
+        layers["cgroup"] = self.cgroups.version if self.cgroups else None
+        layers["kernel"] = os.uname().release
+        if problems and self.strict:
+            gen.stop()
+            raise SandboxUnavailable("; ".join(problems))
+        self.layers, self.problems = layers, problems
+        gen.alive = True
+        with self._cond:
+            if self._gen is not None:
+                self._restarts += 1
+                self._degraded = None
+            self._gen = gen
+            self._cond.notify_all()
+        threading.Thread(
+            target=self._read, args=(gen,), name="sandbox-template", daemon=True
+        ).start()
 
-    @property
-    def alive(self) -> bool:
-        return self._alive and self._proc.poll() is None
+    def _keep(self) -> None:
+        """Restart a dead template with backoff; never let one failure end the keeper."""
+        delay = BACKOFF_FIRST_S
+        while not self._closed.is_set():
+            try:
+                with self._cond:
+                    while self._gen is not None and self._gen.alive and not self._closed.is_set():
+                        self._cond.wait()
+                if self._closed.is_set():
+                    return
+                if self._closed.wait(delay):
+                    return
+                self._start()
+                if self._closed.is_set():  # closed while starting: stop what just started
+                    with self._cond:
+                        gen = self._gen
+                    if gen is not None:
+                        gen.stop()
+                    return
+                log.warning("sandbox template restarted (%d so far)", self._restarts)
+                delay = BACKOFF_FIRST_S
+            except Exception as exc:  # the keeper must outlive any failure
+                self._degraded = f"the sandbox template could not be restarted: {exc}"
+                log.error("%s (next try in %.2f s)", self._degraded, delay)
+                delay = min(delay * 2, BACKOFF_MAX_S)
 
-    def _read(self) -> None:
+    def _read(self, gen: _Generation) -> None:
         while True:
             try:
-                raw, fds, _, _ = socket.recv_fds(self._ctl, 65536, 2)
+                raw, fds, _, _ = socket.recv_fds(gen.ctl, 65536, 2)
             except OSError:
                 break
             if not raw:
@@ -120,102 +239,177 @@ class Template:
             try:
                 msg = json.loads(raw)
                 if msg.get("op") == "ready" and len(fds) == 2:
-                    self._adopt(msg, fds)
+                    self._adopt(gen, msg, fds)
                     continue
                 if msg.get("op") == "exit":
-                    self._exited(msg)
+                    self._exited(gen, msg)
             except Exception:  # one bad message must not stop the pool
                 log.exception("sandbox template message not handled")
             for fd in fds:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-        self._alive = False
-        with self._cond:
-            self._cond.notify_all()
+        self._died(gen)
 
-    def _adopt(self, msg: dict[str, Any], fds: list[int]) -> None:
+    def _died(self, gen: _Generation) -> None:
+        with self._cond:
+            if not gen.alive:
+                return
+            gen.alive = False
+            self._dead_gens.add(gen.number)
+            if not self._closed.is_set():
+                self._degraded = "the sandbox template died; restarting it"
+                log.error("sandbox template (generation %d) died; restarting it", gen.number)
+            # Its children die with it (it is PID 1 of their namespace): none is handed out.
+            stale = [c for c in self._ready if c.gen == gen.number]
+            self._ready = collections.deque(c for c in self._ready if c.gen != gen.number)
+            self._cond.notify_all()
+        for child in stale:
+            child.close()
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            gen.proc.kill()
+            gen.proc.wait(timeout=5)
+
+    def _adopt(self, gen: _Generation, msg: dict[str, Any], fds: list[int]) -> None:
         pidfd, chan = fds
         fds.clear()  # from here on, WarmChild owns (and closes) them
         sock = socket.socket(fileno=chan)
         global_pid = _pid_of(pidfd)
-        handle = None
+        child = WarmChild(int(msg["pid"]), global_pid, pidfd, sock, gen=gen.number)
         try:
             if self.cgroups is not None:
-                handle = self.cgroups.attach(global_pid)
+                child.cgroup = self.cgroups.attach(global_pid)
         except OSError as exc:
             log.error("could not put sandbox child in its cgroup: %s", exc)
             if self.strict:
-                WarmChild(msg["pid"], global_pid, pidfd, sock).close()
+                child.close()
                 return
         with self._cond:
-            self._handles[msg["pid"]] = handle
-        self._ready.put(WarmChild(msg["pid"], global_pid, pidfd, sock, handle))
+            self._handles[(gen.number, child.pid)] = child.cgroup
+            if not gen.alive:
+                child.close()
+                return
+            self._ready.append(child)
+            self._cond.notify_all()
 
-    def _exited(self, msg: dict[str, Any]) -> None:
-        pid = int(msg["pid"])
+    def _exited(self, gen: _Generation, msg: dict[str, Any]) -> None:
+        key = (gen.number, int(msg["pid"]))
         with self._cond:
-            handle = self._handles.pop(pid, None)
+            handle = self._handles.pop(key, None)
         oom = self.cgroups.oom_killed(handle) if self.cgroups else False
         if self.cgroups:
             self.cgroups.release(handle)
+        cpu = msg.get("cpu_s")
+        info = judge(msg.get("code"), msg.get("signal"), oom, float(cpu) if cpu else 0.0)
         with self._cond:
-            self._exits[pid] = ExitInfo(msg.get("code"), msg.get("signal"), oom)
+            self._exits[key] = info
             if len(self._exits) > 4096:  # forget the oldest reports nobody asked for
                 for old in list(self._exits)[:1024]:
                     del self._exits[old]
             self._cond.notify_all()
 
+    # --- what the runners use
+
+    @property
+    def alive(self) -> bool:
+        gen = self._gen
+        return gen is not None and gen.alive and gen.proc.poll() is None
+
+    def health(self) -> dict[str, Any]:
+        """For /healthz: whether the pool is degraded, why, and what it has healed."""
+        with self._cond:
+            ready = len(self._ready)
+        degraded = self._degraded
+        if degraded is None and not self.alive:
+            degraded = "the sandbox template is not running"
+        return {
+            "degraded": degraded is not None,
+            "reason": degraded,
+            "warm": ready,
+            "template_restarts": self._restarts,
+            "dead_children_discarded": self._discarded,
+        }
+
     def _request(self, n: int) -> None:
-        with contextlib.suppress(OSError):
-            self._ctl.send(json.dumps({"op": "spawn", "n": n}).encode())
+        gen = self._gen
+        if gen is not None and gen.alive:
+            gen.request(n)
 
     def give_back(self, child: WarmChild) -> None:
         """A long-lived worker that finished a call cleanly waits for the next one."""
-        self._ready.put(child)
+        with self._cond:
+            if self._gen is not None and child.gen == self._gen.number and self._gen.alive:
+                self._ready.append(child)
+                self._cond.notify_all()
+                return
+        child.close()
 
-    def replace(self) -> None:
-        """Ask for one more child (a worker was retired)."""
-        self._request(1)
+    def replace(self, child: WarmChild | None = None) -> None:
+        """Ask for one more child (a worker was retired); none for a dead template's."""
+        if child is None or (self._gen is not None and child.gen == self._gen.number):
+            self._request(1)
 
     def take(self, timeout: float, replenish: bool = True) -> WarmChild:
-        if not self.alive:
-            raise SandboxUnavailable("the sandbox template is not running")
+        """A live child of the running template, waiting up to ``timeout`` (also for a
+        restart). A child found dead is discarded and replaced, never handed out."""
+        deadline = time.monotonic() + timeout
+        dead: list[WarmChild] = []
         try:
-            child = self._ready.get(timeout=timeout)
-        except queue.Empty:
-            raise SandboxUnavailable("no sandbox process became free in time") from None
-        if replenish:
-            self._request(1)  # keep the pool warm while this one works
-        return child
+            with self._cond:
+                while True:
+                    if self._closed.is_set():
+                        raise SandboxUnavailable("the sandbox is shut down")
+                    current = self._gen.number if self.alive else -1  # type: ignore[union-attr]
+                    while self._ready:
+                        child = self._ready.popleft()
+                        if child.gen == current and child.alive():
+                            if replenish:
+                                self._request(1)  # keep the pool warm while this one works
+                            return child
+                        dead.append(child)
+                        if child.gen == current:
+                            self._discarded += 1
+                            self._request(1)
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        if not self.alive:
+                            why = self._degraded or "the sandbox template is not running"
+                            raise SandboxUnavailable(why)
+                        raise SandboxUnavailable("no sandbox process became free in time")
+                    self._cond.wait(left)
+        finally:
+            for child in dead:
+                child.close()
 
-    def wait_exit(self, pid: int, timeout: float) -> ExitInfo | None:
+    def wait_exit(self, child: WarmChild, timeout: float) -> ExitInfo | None:
+        """How ``child`` ended; None if the template did not say in time (then the process
+        may still run: e.g. it closed its channel itself)."""
+        key = (child.gen, child.pid)
         deadline = time.monotonic() + timeout
         with self._cond:
-            while pid not in self._exits:
+            while key not in self._exits:
+                if child.gen in self._dead_gens:
+                    died = "the sandbox template died"
+                    return ExitInfo(None, signal.SIGKILL, False, outside=died)
                 left = deadline - time.monotonic()
-                if left <= 0 or not self._alive:
+                if left <= 0:
                     return None
                 self._cond.wait(left)
-            return self._exits.pop(pid)
+            return self._exits.pop(key)
 
-    def forget_exit(self, pid: int) -> None:
+    def forget_exit(self, child: WarmChild) -> None:
         with self._cond:
-            self._exits.pop(pid, None)
+            self._exits.pop((child.gen, child.pid), None)
 
     def close(self) -> None:
-        self._alive = False
-        with contextlib.suppress(OSError):
-            self._ctl.send(json.dumps({"op": "stop"}).encode())
-        with contextlib.suppress(OSError):
-            self._proc.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self._proc.wait(timeout=5)
-        while True:
-            try:
-                self._ready.get_nowait().close()
-            except queue.Empty:
-                break
-        self._ctl.close()
+        self._closed.set()
+        with self._cond:
+            gen = self._gen
+            ready, self._ready = list(self._ready), collections.deque()
+            self._cond.notify_all()
+        if gen is not None:
+            gen.stop()
+        for child in ready:
+            child.close()
 
 
 def _pid_of(pidfd: int) -> int:

@@ -50,16 +50,28 @@ class Limits:
     caps: protocol.Caps = field(default_factory=protocol.Caps)  # frame sizes, quotas
 
 
-def _ro_paths() -> list[str]:
-    """What CPython and its extension modules need, read-only; nothing of the service."""
-    paths = ["/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/share/zoneinfo", sys.base_prefix]
-    return [p for p in paths if Path(p).exists() or Path(p).is_symlink()]
-
-
 def _stdlib_paths() -> list[str]:
     base = sys.base_prefix
     ver = f"python{sys.version_info.major}.{sys.version_info.minor}"
     return [f"{base}/lib/{ver}", f"{base}/lib/{ver}/lib-dynload"]
+
+
+def _ro_paths() -> list[str]:
+    """What CPython and its extension modules need, read-only: the native libraries, time
+    zones and the standard library (not the interpreter's whole prefix); nothing of the
+    service."""
+    paths = ["/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/share/zoneinfo", _stdlib_paths()[0]]
+    return [p for p in paths if Path(p).exists() or Path(p).is_symlink()]
+
+
+def _hidden_paths() -> list[str]:
+    """Python packages inside the bound directories that are not the curated ones (the
+    stdlib's site-packages, Debian's python3 trees): covered by an empty mount in the jail."""
+    stdlib = _stdlib_paths()[0]
+    found = [f"{stdlib}/site-packages", f"{stdlib}/dist-packages"]
+    for lib in ("/usr/lib", "/usr/lib64", "/usr/local/lib"):
+        found += [str(p) for p in sorted(Path(lib).glob("python3*")) if str(p) != stdlib]
+    return [p for p in found if Path(p).is_dir() and not Path(p).is_symlink()]
 
 
 class PythonSandbox:
@@ -86,6 +98,7 @@ class PythonSandbox:
             "ro_paths": _ro_paths(),
             "packages_dir": str(packages.root),
             "stdlib_paths": _stdlib_paths(),
+            "hidden": _hidden_paths(),
             "scratch_mb": lim.scratch_mb,
             "uid_base": _uid_base(),
             "uid_count": UIDS_PER_SANDBOX,
@@ -124,6 +137,7 @@ class PythonSandbox:
         return {
             "available": True,
             "ready": self.template.alive,
+            "pool": self.template.health(),  # for /healthz: degraded, why, what was healed
             "insecure": bool(self.template.problems),
             "entrypoints": [
                 {
@@ -259,7 +273,7 @@ class PythonSandbox:
         """A Python child serves one call: it is killed whatever happened."""
         child.close()
         if outcome is not None and outcome.kind not in {"crash", "violation", "memory"}:
-            self.template.forget_exit(child.pid)
+            self.template.forget_exit(child)
 
     def _from_frame_error(
         self, exc: protocol.FrameError, child: WarmChild, deadline: float
@@ -272,14 +286,16 @@ class PythonSandbox:
             return RunOutcome("too_large", details={"max_bytes": self.limits.caps.result_bytes})
         if exc.kind == "garbage":
             return RunOutcome("garbled", message=str(exc))
-        info = self.template.wait_exit(child.pid, timeout=2.0)
+        info = self.template.wait_exit(child, timeout=2.0)
         if info is None:
             return RunOutcome("crash", message="its exit status is unknown.")
-        if info.oom or (info.signal == signal.SIGKILL and info.oom):
+        if info.outside:  # not the tool's doing (pool.judge): not counted against it
+            return RunOutcome("infra", message=info.outside)
+        if info.oom:
             return RunOutcome("memory")
         if info.signal == signal.SIGSYS:
             return RunOutcome("violation", details={"signal": "SIGSYS"})
-        if info.signal == signal.SIGXCPU:
+        if info.signal == signal.SIGXCPU or info.cpu_limit:
             return RunOutcome("timeout", details={"reason": "cpu time limit"})
         if info.signal is not None:
             name = (

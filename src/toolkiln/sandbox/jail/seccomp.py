@@ -6,8 +6,11 @@ Rules (from how other sandboxes broke, see docs/security.md):
   reports as ``sandbox_violation``;
 - a few calls CPython probes and copes with are answered with an errno instead;
 - ``clone`` only for threads, ``clone3`` answers ENOSYS so glibc falls back to ``clone``;
-- no executable anonymous memory and no ``mprotect(PROT_EXEC)``: with a ``noexec`` scratch
-  directory, tool code cannot create native code of its own;
+- W^X: no mapping both writable and executable, no executable anonymous memory, no
+  ``mprotect(PROT_EXEC)``; with every writable place mounted ``noexec``, tool code cannot
+  create native code of its own;
+- no signal a tool could use to fake a death from outside (SIGKILL, SIGTERM, ...), no
+  priority-inheritance futexes, no host-wide counters (``sysinfo``);
 - argument checks compare the low 32 bits only where the kernel itself truncates to 32 bits
   (ioctl request, int options), and also require the high 32 bits to be zero elsewhere.
 The filter is built once in the template and installed in each child before any tool byte
@@ -33,6 +36,7 @@ JEQ_K = 0x15
 JGE_K = 0x35
 JSET_K = 0x45
 RET_K = 0x06
+ALU_AND_K = 0x54
 
 OFF_NR = 0
 OFF_ARCH = 4
@@ -63,23 +67,23 @@ ALLOW = {
     "nanosleep": 35, "getitimer": 36, "alarm": 37, "setitimer": 38, "getpid": 39,
     "sendto": 44, "recvfrom": 45, "sendmsg": 46, "recvmsg": 47, "shutdown": 48,
     "getsockname": 51, "getpeername": 52, "getsockopt": 55, "exit": 60, "wait4": 61,
-    "kill": 62, "uname": 63, "fcntl": 72, "flock": 73, "fsync": 74, "fdatasync": 75,
+    "uname": 63, "flock": 73, "fsync": 74, "fdatasync": 75,
     "truncate": 76, "ftruncate": 77, "getdents": 78, "getcwd": 79, "chdir": 80,
     "fchdir": 81, "rename": 82, "mkdir": 83, "rmdir": 84, "creat": 85, "link": 86,
     "unlink": 87, "symlink": 88, "readlink": 89, "chmod": 90, "fchmod": 91, "umask": 95,
-    "gettimeofday": 96, "getrlimit": 97, "getrusage": 98, "sysinfo": 99, "times": 100,
+    "gettimeofday": 96, "getrlimit": 97, "getrusage": 98, "times": 100,
     "getuid": 102, "getgid": 104, "geteuid": 107, "getegid": 108, "getppid": 110,
     "getpgrp": 111, "getgroups": 115, "getresuid": 118, "getresgid": 120, "getpgid": 121,
     "getsid": 124, "capget": 125, "rt_sigpending": 127, "rt_sigtimedwait": 128,
     "rt_sigsuspend": 130, "sigaltstack": 131, "utime": 132, "statfs": 137, "fstatfs": 138,
     "getpriority": 140, "sched_getparam": 143, "sched_getscheduler": 145,
     "sched_get_priority_max": 146, "sched_get_priority_min": 147, "arch_prctl": 158,
-    "setrlimit": 160, "gettid": 186, "tkill": 200, "time": 201, "futex": 202,
+    "setrlimit": 160, "gettid": 186, "time": 201,
     "sched_getaffinity": 204, "epoll_create": 213, "getdents64": 217,
-    "set_tid_address": 218, "restart_syscall": 219, "fadvise64": 221, "timer_create": 222,
+    "set_tid_address": 218, "restart_syscall": 219, "fadvise64": 221,
     "timer_settime": 223, "timer_gettime": 224, "timer_getoverrun": 225, "timer_delete": 226,
     "clock_gettime": 228, "clock_getres": 229, "clock_nanosleep": 230, "exit_group": 231,
-    "epoll_wait": 232, "epoll_ctl": 233, "tgkill": 234, "utimes": 235, "waitid": 247,
+    "epoll_wait": 232, "epoll_ctl": 233, "utimes": 235, "waitid": 247,
     "openat": 257, "mkdirat": 258, "futimesat": 261, "newfstatat": 262, "unlinkat": 263,
     "renameat": 264, "linkat": 265, "symlinkat": 266, "readlinkat": 267, "fchmodat": 268,
     "faccessat": 269, "pselect6": 270, "ppoll": 271, "set_robust_list": 273,
@@ -100,12 +104,28 @@ REFUSE = {
     "mlockall": 151, "munlockall": 152, "sync": 162, "syncfs": 306, "seccomp": 317,
     "inotify_init1": 294, "inotify_init": 253, "mbind": 237, "set_mempolicy": 238,
     "get_mempolicy": 239, "pkey_alloc": 330, "pkey_free": 331,
+    # Host-wide load, memory and process counters (not namespaced): nothing a tool needs.
+    "sysinfo": 99,
+    # A timer's signal is chosen by the caller: it could pick SIGKILL (see OUTSIDE_SIGNALS).
+    "timer_create": 222,
 }  # fmt: skip
 
 SYS = {
     "mmap": 9, "mprotect": 10, "ioctl": 16, "socketpair": 53, "clone": 56,
     "prctl": 157, "prlimit64": 302, "clone3": 435, "pkey_mprotect": 329,
+    "kill": 62, "tkill": 200, "tgkill": 234, "fcntl": 72, "futex": 202,
 }  # fmt: skip
+
+# Signals a tool may not send itself, so that a death by one of them tells the host it came
+# from outside (toolkiln.sandbox.pool.OUTSIDE_SIGNALS): SIGHUP, SIGINT, SIGQUIT, SIGKILL, SIGTERM.
+OUTSIDE_SIGNALS = [1, 2, 3, 9, 15]
+F_SETSIG = 10
+# futex commands CPython and V8 use; the priority-inheritance ones (LOCK_PI, UNLOCK_PI,
+# TRYLOCK_PI, WAIT_REQUEUE_PI, CMP_REQUEUE_PI, LOCK_PI2), behind a run of kernel escapes, are
+# refused. The command is the op without FUTEX_PRIVATE_FLAG (128) and FUTEX_CLOCK_REALTIME (256).
+FUTEX_CMDS = [0, 1, 3, 4, 5, 9, 10]  # WAIT, WAKE, REQUEUE, CMP_REQUEUE, WAKE_OP, WAIT/WAKE_BITSET
+FUTEX_CMD_MASK = 0xFFFFFFFF & ~(128 | 256)
+PROT_WRITE = 0x2
 
 
 def _stmt(code: int, k: int, jt: int = 0, jf: int = 0) -> tuple[int, int, int, int]:
@@ -131,7 +151,13 @@ def _only_if_zero(offset: int, ok: int, bad: int) -> list[tuple[int, int, int, i
 
 
 def _one_of(offset: int, values: list[int], ok: int, bad: int) -> list[tuple[int, int, int, int]]:
-    body = [_load(offset)]
+    """Return ``ok`` if the 32-bit word at offset is one of values, else ``bad``."""
+    return [_load(offset), *_one_of_loaded(values, ok, bad)]
+
+
+def _one_of_loaded(values: list[int], ok: int, bad: int) -> list[tuple[int, int, int, int]]:
+    """The same test on the word already in the accumulator."""
+    body = []
     for i, v in enumerate(values):
         remaining = len(values) - i - 1
         body.append(_stmt(JEQ_K, v, remaining + 1, 0))
@@ -164,21 +190,40 @@ def build_filter() -> bytes:
             *_only_if_zero(_arg_hi(0), RET_ALLOW, RET_KILL_PROCESS),
         ],
     )
-    # mmap(addr, len, prot, flags, fd, off): no PROT_EXEC on anonymous memory.
+    # mmap(addr, len, prot, flags, fd, off): executable only when not writable (W^X, for any
+    # mapping: a private writable+executable mapping of a library is native code of one's
+    # own), and never for anonymous memory; executable pages can only hold a file's content,
+    # and every file tool code can write sits on a noexec mount.
     prog += _guarded(
         SYS["mmap"],
         [
             _load(_arg_lo(2)),
-            _stmt(JSET_K, PROT_EXEC, 0, 3),
+            _stmt(JSET_K, PROT_EXEC, 0, 5),
+            _stmt(JSET_K, PROT_WRITE, 3, 0),
             _load(_arg_lo(3)),
-            _stmt(JSET_K, MAP_ANONYMOUS, 0, 1),
+            _stmt(JSET_K, MAP_ANONYMOUS, 1, 0),
+            _ret(RET_ALLOW),
             _ret(eperm),
             _ret(RET_ALLOW),
         ],
     )
+    # mprotect never adds PROT_EXEC: pages written since they were mapped cannot turn
+    # executable.
     prog += _guarded(
         SYS["mprotect"],
         [_load(_arg_lo(2)), _stmt(JSET_K, PROT_EXEC, 0, 1), _ret(eperm), _ret(RET_ALLOW)],
+    )
+    # kill(pid, sig), tkill(tid, sig), tgkill(tgid, tid, sig): not with the outside signals.
+    for name, arg in (("kill", 1), ("tkill", 1), ("tgkill", 2)):
+        prog += _guarded(SYS[name], _one_of(_arg_lo(arg), OUTSIDE_SIGNALS, eperm, RET_ALLOW))
+    prog += _guarded(SYS["fcntl"], _one_of(_arg_lo(1), [F_SETSIG], eperm, RET_ALLOW))
+    prog += _guarded(
+        SYS["futex"],
+        [
+            _load(_arg_lo(1)),
+            _stmt(ALU_AND_K, FUTEX_CMD_MASK),
+            *_one_of_loaded(FUTEX_CMDS, RET_ALLOW, RET_ERRNO | errno.ENOSYS),
+        ],
     )
     prog += _guarded(SYS["pkey_mprotect"], [_ret(eperm)])
     prog += _guarded(

@@ -4,8 +4,10 @@ Started by the host as ``python -I -S -B template.py CONFIG_JSON CONTROL_FD`` wi
 environment. Steps, once per template (the expensive part, per SANDBOX-NOTES):
 1. unshare mount, PID, network, IPC and UTS namespaces; fork so the worker is PID 1 of the
    new PID namespace (if it dies, the kernel kills every child in it);
-2. build a new root on tmpfs with read-only binds of only what Python needs, a fresh /proc,
-   a minimal /dev and a size-capped, noexec /tmp; pivot_root into it; remount read-only;
+2. build a new root on tmpfs with read-only binds of only what Python needs (native
+   libraries, the standard library without its site-packages, the curated packages), a
+   minimal noexec /dev and a size-capped, noexec /tmp, and no /proc or /sys (they show host
+   paths and host-wide counters); pivot_root into it; remount read-only;
 3. build the seccomp filter; pre-import the standard modules tools use most.
 Then, per child (ahead of any request): fork, drop to a uid of its own, set rlimits,
 no_new_privs, seccomp; hand the host a pidfd and one end of a socketpair over the control
@@ -68,17 +70,20 @@ def _build_root(cfg: dict, layers: dict) -> None:
     _bind_fd(sources.pop(cfg["packages_dir"]), r + "/pkgs", layers)
     for target, source in binds.items():
         _bind_fd(sources.pop(source), r + target, layers)
+    for path in cfg.get("hidden", []):
+        # Host packages beside the standard library: an empty read-only mount over each.
+        if os.path.isdir(r + path):
+            ro = linux.MS_RDONLY | linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC
+            linux.mount("tmpfs", r + path, "tmpfs", ro, "size=4k,mode=0555")
+            layers.setdefault("hidden", []).append(path)
     os.makedirs(r + "/dev")
-    linux.mount(
-        "tmpfs", r + "/dev", "tmpfs", linux.MS_NOSUID | linux.MS_NOEXEC, "size=64k,mode=0755"
-    )
+    nodev = linux.MS_NOSUID | linux.MS_NOEXEC
+    linux.mount("tmpfs", r + "/dev", "tmpfs", nodev, "size=64k,mode=0755")
     for dev in ("null", "zero", "random", "urandom"):
         open(f"{r}/dev/{dev}", "a").close()
         linux.mount(f"/dev/{dev}", f"{r}/dev/{dev}", None, linux.MS_BIND)
-    os.makedirs(r + "/proc")
-    linux.mount(
-        "proc", r + "/proc", "proc", linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC, "hidepid=2"
-    )
+        # A bind keeps the host mount's flags: noexec here too, so no device maps executable.
+        linux.mount(None, f"{r}/dev/{dev}", None, linux.MS_REMOUNT | linux.MS_BIND | nodev)
     os.makedirs(r + "/tmp")
     linux.mount(
         "tmpfs",
@@ -192,7 +197,7 @@ class Template:
     def reap(self) -> None:
         while True:
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
             except ChildProcessError:
                 return
             if pid == 0:
@@ -203,7 +208,9 @@ class Template:
             uid, scratch = info
             shutil.rmtree(scratch, ignore_errors=True)
             self.free_uids.append(uid)
-            report = {"op": "exit", "pid": pid}
+            # CPU time lets the host tell the kernel's CPU-limit SIGKILL from one sent from
+            # outside (pool.judge).
+            report = {"op": "exit", "pid": pid, "cpu_s": usage.ru_utime + usage.ru_stime}
             if os.WIFSIGNALED(status):
                 report["signal"] = os.WTERMSIG(status)
             else:

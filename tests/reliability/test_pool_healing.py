@@ -1,0 +1,218 @@
+"""The sandbox pools heal themselves: real templates and children, killed as an operator (or
+the kernel) would kill them, from outside the sandbox."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from toolkiln.domain.execution import RunOutcome, RunRequest
+from toolkiln.sandbox.js_runner import JavaScriptSandbox
+from toolkiln.sandbox.packages import JsPackageStore, PackageStore
+from toolkiln.sandbox.runner import PythonSandbox
+
+PY_OK = "def handle(i, c):\n    return 'fine'"
+JS_OK = "function handle(i, c) { return 'fine'; }"
+# The tool tells the host its uid (a uid of its own per process), then waits to be killed.
+PY_REPORT_AND_WAIT = (
+    "import os, time\n"
+    "def handle(i, c):\n"
+    "    c.audit('uid', os.getuid())\n"
+    "    time.sleep(20)\n"
+    "    return 'not killed'"
+)
+
+
+class Link:
+    """A run link that remembers the audit rows and runs a hook on the first one."""
+
+    def __init__(self, on_audit: Callable[[object], None] | None = None) -> None:
+        self.on_audit = on_audit
+
+    def admit(self) -> bool:
+        return True
+
+    def call(self, name: str, payload: object) -> object:
+        return {"error": "unknown_tool"}
+
+    def audit(self, event: str, data: object) -> None:
+        if self.on_audit is not None:
+            self.on_audit(data)
+
+
+def until(check: Callable[[], bool], what: str, seconds: float = 20.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def run(sb: PythonSandbox, code: str, link: Link | None = None, timeout_ms: int = 5000):
+    return sb.run(RunRequest(sb.language, code, "handle", {}, timeout_ms), link or Link())
+
+
+def pids_of_uid_range(sb: PythonSandbox) -> dict[int, int]:
+    """pid -> uid of every process running as one of this sandbox's uids."""
+    low = sb.config["uid_base"]
+    high = low + sb.config["uid_count"]
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                uid = entry.stat().st_uid
+            except OSError:
+                continue
+            if low <= uid < high:
+                found[int(entry.name)] = uid
+    return found
+
+
+def template_pid1(sb: PythonSandbox) -> int:
+    """The global pid of the template's PID 1 (the outer process only waits for it)."""
+    outer = sb.template._gen.proc.pid  # type: ignore[union-attr]
+    children = Path(f"/proc/{outer}/task/{outer}/children").read_text().split()
+    return int(children[0])
+
+
+@pytest.fixture(scope="module")
+def python(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PythonSandbox]:
+    sb = PythonSandbox(PackageStore(tmp_path_factory.mktemp("pkgs")), warm=3, name="heal-py")
+    yield sb
+    sb.close()
+
+
+@pytest.fixture(scope="module")
+def javascript(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JavaScriptSandbox]:
+    store = JsPackageStore(tmp_path_factory.mktemp("jspkgs"))
+    sb = JavaScriptSandbox(store, warm=2, name="heal-js")
+    yield sb
+    sb.close()
+
+
+def kill_template(sb: PythonSandbox, which: str) -> None:
+    pid = sb.template._gen.proc.pid if which == "outer" else template_pid1(sb)  # type: ignore[union-attr]
+    os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("which", ["outer", "pid1"])
+def test_a_killed_python_template_is_restarted(python: PythonSandbox, which: str) -> None:
+    assert run(python, PY_OK).kind == "return"
+    before = python.template.health()["template_restarts"]
+    kill_template(python, which)
+    until(lambda: "died" in (python.template.health()["reason"] or ""), "the death to be seen")
+    # A call made while the template is down waits for the restart instead of failing.
+    out = run(python, PY_OK)
+    assert out.kind == "return" and out.value == "fine", (out.kind, out.message)
+    health = python.template.health()
+    assert health["template_restarts"] == before + 1 and not health["degraded"]
+    until(lambda: python.template.health()["warm"] >= 2, "a warm pool again")
+
+
+def test_killed_warm_children_are_never_handed_out(python: PythonSandbox) -> None:
+    assert run(python, PY_OK).kind == "return"
+    until(lambda: python.template.health()["warm"] >= 3, "three warm children")
+    discarded = python.template.health()["dead_children_discarded"]
+    killed = kill_all(python)
+    outcomes = [run(python, PY_OK) for _ in range(5)]
+    assert [o.kind for o in outcomes] == ["return"] * 5, [(o.kind, o.message) for o in outcomes]
+    # (one killed between fork and adoption is dropped at adoption, not counted)
+    assert python.template.health()["dead_children_discarded"] >= discarded + 1 and killed >= 3
+
+
+def kill_all(sb: PythonSandbox) -> int:
+    """SIGKILL every process of the pool (all idle now), and wait until they are gone."""
+    pids = list(pids_of_uid_range(sb))
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    until(lambda: not set(pids) & set(pids_of_uid_range(sb)), "the killed to be gone")
+    return len(pids)
+
+
+def kill_when_reported(sb: PythonSandbox, sig: int) -> Link:
+    """A link that, when the tool reports its uid, kills that process from outside."""
+
+    def kill(uid: object) -> None:
+        pids = [p for p, u in pids_of_uid_range(sb).items() if u == uid]
+        assert len(pids) == 1, pids
+        os.kill(pids[0], sig)
+
+    return Link(kill)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_a_python_call_killed_from_outside_is_infra(python: PythonSandbox, sig: int) -> None:
+    out = run(python, PY_REPORT_AND_WAIT, kill_when_reported(python, sig))
+    assert out.kind == "infra", (out.kind, out.message)
+    assert signal.Signals(sig).name in out.message
+    assert run(python, PY_OK).kind == "return"
+
+
+def test_a_call_in_flight_when_the_template_dies_is_infra(python: PythonSandbox) -> None:
+    link = Link(lambda uid: kill_template(python, "pid1"))
+    out = run(python, PY_REPORT_AND_WAIT, link)
+    assert out.kind == "infra", (out.kind, out.message)
+    assert run(python, PY_OK).kind == "return"
+
+
+def test_a_killed_javascript_template_is_restarted(javascript: JavaScriptSandbox) -> None:
+    assert run(javascript, JS_OK).kind == "return"
+    before = javascript.template.health()["template_restarts"]
+    kill_template(javascript, "pid1")
+    until(lambda: "died" in (javascript.template.health()["reason"] or ""), "the death seen")
+    out = run(javascript, JS_OK, timeout_ms=10000)
+    assert out.kind == "return" and out.value == "fine", (out.kind, out.message)
+    assert javascript.template.health()["template_restarts"] == before + 1
+
+
+def test_killed_idle_javascript_workers_are_never_handed_out(
+    javascript: JavaScriptSandbox,
+) -> None:
+    assert run(javascript, JS_OK).kind == "return"
+    until(lambda: javascript.template.health()["warm"] >= 2, "two idle workers")
+    kill_all(javascript)
+    outcomes = [run(javascript, JS_OK, timeout_ms=10000) for _ in range(3)]
+    assert [o.kind for o in outcomes] == ["return"] * 3, [(o.kind, o.message) for o in outcomes]
+
+
+def test_a_javascript_call_killed_from_outside_is_infra(javascript: JavaScriptSandbox) -> None:
+    code = "async function handle(i, c) {\n  await c.audit('started');\n  while (true) {}\n}"
+    box: dict[str, RunOutcome] = {}
+    started = threading.Event()
+    link = Link(lambda _: started.set())
+    worker = threading.Thread(target=lambda: box.setdefault("out", run(javascript, code, link)))
+    worker.start()
+    until(started.is_set, "the call to start")
+    # Idle workers wait in the queue; the busy one is the one not there.
+    with javascript.template._cond:
+        idle = {c.global_pid for c in javascript.template._ready}
+    busy = [p for p in pids_of_uid_range(javascript) if p not in idle]
+    assert len(busy) == 1, busy
+    os.kill(busy[0], signal.SIGKILL)
+    worker.join(timeout=15)
+    assert not worker.is_alive()
+    assert box["out"].kind == "infra", (box["out"].kind, box["out"].message)
+
+
+def test_a_broken_restart_is_retried_and_reported(tmp_path: Path) -> None:
+    """The keeper survives a failing start: it reports why and tries again with backoff."""
+    sb = PythonSandbox(PackageStore(tmp_path / "pkgs"), warm=1, name="heal-broken")
+    try:
+        sb.template.config["packages_dir"] = str(tmp_path / "gone")  # the start fails on it
+        kill_template(sb, "pid1")
+        until(
+            lambda: "could not be restarted" in (sb.template.health()["reason"] or ""), "a report"
+        )
+        assert sb.template.health()["degraded"]
+        out = run(sb, PY_OK, timeout_ms=1000)
+        assert out.kind == "infra"
+        sb.template.config["packages_dir"] = str(tmp_path / "pkgs")
+        until(lambda: not sb.template.health()["degraded"], "the restart to succeed")
+        assert run(sb, PY_OK).kind == "return"
+    finally:
+        sb.close()
