@@ -4,14 +4,32 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: install serve test lint bench clean
+# The view's bundle: npm packages pinned in frontend/package-lock.json, built with esbuild.
+WEB := frontend
+WEB_DEPS := $(WEB)/node_modules/.installed
+BUNDLE := src/toolkiln/web/static/app.js
+CHROMIUM ?= /usr/bin/chromium
+
+.PHONY: install serve test lint bench clean browser
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	rm -f $(VENV)/.installed-* && touch $@
 
-install: $(STAMP)
+$(WEB_DEPS): $(WEB)/package.json $(WEB)/package-lock.json
+	cd $(WEB) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+$(BUNDLE): $(WEB_DEPS) $(wildcard $(WEB)/src/*.js)
+	cd $(WEB) && npm run --silent build
+
+install: $(STAMP) $(BUNDLE)
+
+# The browser tests drive Debian's Chromium (browsers cannot be downloaded here).
+browser:
+	@test -x $(CHROMIUM) || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-dejavu-core >/dev/null; }
 
 serve: install
 	$(BIN)/toolkiln serve
@@ -22,11 +40,11 @@ lint: install
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: lint
+test: lint browser
 	$(BIN)/pytest -q
 
 bench: install
 	$(BIN)/python bench/invoke.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache $(WEB)/node_modules $(BUNDLE)

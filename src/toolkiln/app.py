@@ -9,6 +9,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from toolkiln import web
 from toolkiln.api.app import create_app
 from toolkiln.builtins.calculate import Calculate
 from toolkiln.builtins.email import SendEmail, SmtpConfig
@@ -115,7 +116,7 @@ def _builtins(
 
 
 def build_app(runtime: Runtime, *, close_on_exit: bool = True) -> FastAPI:
-    """The HTTP app with MCP mounted at /mcp; the MCP session manager runs in its lifespan."""
+    """The HTTP app: MCP at /mcp (its session manager runs in the lifespan), the view at /ui."""
     mcp = McpHttp(runtime.services)
 
     @asynccontextmanager
@@ -134,4 +135,5 @@ def build_app(runtime: Runtime, *, close_on_exit: bool = True) -> FastAPI:
         lifespan=lifespan,
     )
     app.mount("/mcp", mcp)
+    web.mount(app)
     return app

@@ -26,7 +26,7 @@ STATUS: list[tuple[type[errors.ToolkilnError], int]] = [
 ]
 
 # Routes whose body is a tool definition: their body errors are `invalid_tool` problems.
-TOOL_DEFINITION_ROUTES = {"create_tool", "update_tool", "test_tool"}
+TOOL_DEFINITION_ROUTES = {"create_tool", "update_tool", "test_tool", "validate_tool"}
 
 HTTP_CODES = {
     400: "malformed_json",  # the framework raises 400 only when it cannot parse the body

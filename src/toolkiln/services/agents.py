@@ -111,6 +111,17 @@ class AgentService:
                 )
             )
 
+    def enabled_tools(self, principal: Principal, agent_id: str) -> list[dict[str, Any]]:
+        """The custom tools enabled for this agent, each with its pinned version or None."""
+        principal.require("read")
+        with self._uow(readonly=True) as tx:
+            agent = self._visible(tx, principal, agent_id)
+            enabled = tx.agents.enabled(agent.id)
+        return [
+            {"agent_id": agent.id, "tool_id": tool_id, "version": version}
+            for tool_id, version in sorted(enabled.items())
+        ]
+
     # -- what an agent sees
 
     def tool_defs(self, principal: Principal, agent_id: str) -> tuple[Agent, list[ToolDef]]:

@@ -63,6 +63,12 @@ def delete_agent(agent_id: str, who: Caller, svc: Svc) -> Response:
     return Response(status_code=204)
 
 
+@router.get("/{agent_id}/custom-tools")
+def enabled_tools(agent_id: str, who: Caller, svc: Svc) -> dict[str, Any]:
+    """The agent's own enablements (global tools are not listed): ``{tool_id, version}``."""
+    return {"data": svc.agents.enabled_tools(who, agent_id), "next_cursor": None}
+
+
 @router.put("/{agent_id}/custom-tools/{tool_id}")
 def enable_tool(
     agent_id: str, tool_id: str, who: Caller, svc: Svc, body: EnableIn | None = None

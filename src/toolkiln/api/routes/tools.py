@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response
+from pydantic import BaseModel
 
 from toolkiln.api import models, serialize
 from toolkiln.api.deps import Caller, Svc
@@ -34,6 +35,20 @@ def draft_of(body: models.ToolCreate) -> ToolDraft:
 def create_tool(body: models.ToolCreate, who: Caller, svc: Svc) -> dict[str, Any]:
     tool = svc.tools.create(who, body.workspace_id, draft_of(body), body.allow_failing_tests)
     return {"data": serialize.tool(tool)}
+
+
+class Validation(BaseModel):
+    valid: bool
+    input_schema: dict[str, Any]
+
+
+@router.post("/validate", response_model=models.One[Validation], name="validate_tool")
+def validate_tool(body: models.ToolCreate, who: Caller, svc: Svc) -> dict[str, Any]:
+    """Check a definition as a create would, storing nothing: 200, or 422 with every problem
+    (the view calls this as the user types)."""
+    who.require("write")
+    schema = svc.tools.validate(who, body.workspace_id, draft_of(body))
+    return {"data": {"valid": True, "input_schema": schema}}
 
 
 @router.get("", response_model=models.Many[models.Tool])

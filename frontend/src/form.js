@@ -1,0 +1,112 @@
+// The tool form: Name, Description, Language, Code (the editor), Parameters (JSON Schema),
+// execution message, timeout, enable globally; and the body it sends to the API.
+
+import { field, h } from "./dom.js";
+import { createEditor } from "./editor.js";
+import { SCHEMA, TEMPLATES } from "./templates.js";
+
+export class LocalProblem extends Error {
+  constructor(problems) {
+    super(problems.map((p) => p.message).join(" "));
+    this.code = "invalid_tool";
+    this.details = problems;
+  }
+}
+
+export function toolForm(initial, { onChange } = {}) {
+  const t = initial || {};
+  const language = t.language || "python";
+  const name = h("input", { type: "text", autocomplete: "off", spellcheck: "false", value: t.name || "" });
+  const description = h("textarea", { rows: 2, text: t.description || "" });
+  const lang = h(
+    "select",
+    {},
+    h("option", { value: "python", text: "Python" }),
+    h("option", { value: "javascript", text: "JavaScript" }),
+  );
+  lang.value = language;
+  const schema = t.input_schema || SCHEMA;
+  const parameters = h("textarea", { rows: 8, class: "mono", spellcheck: "false", text: JSON.stringify(schema, null, 2) });
+  const message = h("input", { type: "text", value: t.execution_message_description || "" });
+  const timeout = h("input", { type: "number", min: 1, max: 30000, step: 1, value: String(t.timeout_ms || 5000) });
+  const global = h("input", { type: "checkbox", checked: Boolean(t.enable_globally) });
+
+  const codeError = h("p", { class: "field-error", id: "code-error", "aria-live": "polite" });
+  const codeHost = h("div", { class: "editor" });
+  const codeField = h("div", { class: "field", "data-field": "code" }, h("span", { class: "label", id: "code-label", text: "Code" }), codeHost, codeError);
+  let pristineCode = t.code || TEMPLATES[language];
+  const editor = createEditor(codeHost, {
+    doc: pristineCode,
+    language,
+    describedBy: codeError.id,
+    onChange: () => onChange && onChange(),
+  });
+  lang.addEventListener("change", () => {
+    editor.setLanguage(lang.value);
+    // A template nobody edited follows the language; real code is never replaced.
+    if (!t.id && editor.value === pristineCode) {
+      pristineCode = TEMPLATES[lang.value];
+      editor.value = pristineCode;
+    }
+  });
+  for (const el of [name, description, lang, parameters, message, timeout, global]) {
+    el.addEventListener(el.tagName === "SELECT" || el.type === "checkbox" ? "change" : "input", () => onChange && onChange());
+  }
+  const globalField = h("div", { class: "field check", "data-field": "enable_globally" }, h("label", {}, global, " Enable globally"), h("p", { class: "field-error" }));
+
+  const element = h(
+    "div",
+    { class: "tool-form" },
+    field("Name", name, { name: "name", hint: "lowercase-kebab-case, at most 64 characters" }),
+    field("Description", description, { name: "description" }),
+    field("Language", lang, { name: "language" }),
+    codeField,
+    field("Parameters", parameters, { name: "parameters", hint: "a JSON Schema object for the input" }),
+    field("Execution message", message, { name: "execution_message_description", hint: "shown while the tool runs" }),
+    field("Timeout (ms)", timeout, { name: "timeout_ms" }),
+    globalField,
+  );
+
+  return {
+    element,
+    editor,
+    controls: { name, description, lang, parameters, message, timeout, global },
+    // The create body (without workspace_id); LocalProblem when Parameters is not JSON.
+    body() {
+      let inputSchema;
+      try {
+        inputSchema = JSON.parse(parameters.value || "{}");
+      } catch (err) {
+        throw new LocalProblem([{ field: "parameters", message: `is not valid JSON: ${err.message}` }]);
+      }
+      if (!inputSchema || typeof inputSchema !== "object" || Array.isArray(inputSchema)) {
+        throw new LocalProblem([{ field: "parameters", message: "must be a JSON object (a JSON Schema)" }]);
+      }
+      const out = {
+        name: name.value.trim(),
+        description: description.value,
+        language: lang.value,
+        code: editor.value,
+        input_schema: inputSchema,
+        execution_message_description: message.value,
+        enable_globally: global.checked,
+        timeout_ms: Number(timeout.value),
+      };
+      if (!Number.isInteger(out.timeout_ms)) {
+        throw new LocalProblem([{ field: "timeout_ms", message: "must be a whole number of milliseconds" }]);
+      }
+      return out;
+    },
+    fill(draft) {
+      if (draft.name) name.value = draft.name;
+      if (draft.description !== undefined) description.value = draft.description || "";
+      if (draft.language) {
+        lang.value = draft.language;
+        editor.setLanguage(draft.language);
+      }
+      if (typeof draft.code === "string") editor.value = draft.code;
+      if (draft.input_schema) parameters.value = JSON.stringify(draft.input_schema, null, 2);
+      if (draft.execution_message_description !== undefined) message.value = draft.execution_message_description || "";
+    },
+  };
+}

@@ -1,0 +1,22 @@
+// Polling that stops when the page that started it goes away, and pauses in hidden tabs.
+
+export function poll(fn, everyMs) {
+  let stopped = false;
+  let timer = null;
+  const tick = async () => {
+    if (stopped) return;
+    if (!document.hidden) {
+      try {
+        await fn();
+      } catch {
+        // the next tick tries again; the page shows its own errors
+      }
+    }
+    if (!stopped) timer = setTimeout(tick, everyMs);
+  };
+  timer = setTimeout(tick, everyMs);
+  return () => {
+    stopped = true;
+    clearTimeout(timer);
+  };
+}

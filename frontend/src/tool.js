@@ -1,0 +1,248 @@
+// A tool's page (and the new-tool page): the form, Save, Test, Enable/Disable/Delete, and
+// below it the versions, recent calls and audit rows.
+
+import { api, ApiError, q } from "./api.js";
+import { clear, field, h, pretty } from "./dom.js";
+import { toolForm } from "./form.js";
+import { historySections } from "./history.js";
+import { poll } from "./poll.js";
+import { codeDiagnostics, showProblems } from "./problems.js";
+import { resultView } from "./result.js";
+import { sampleInput } from "./templates.js";
+import { wizard } from "./wizard.js";
+
+const VALIDATE_DELAY_MS = 600;
+
+function statusLine(tool) {
+  const parts = [
+    h("span", { class: `status status-${tool.status}`, "data-testid": "tool-status", text: tool.status }),
+    tool.status === "disabled" && tool.disabled_reason ? h("span", { class: "reason", text: ` — ${tool.disabled_reason}` }) : null,
+    h("span", { text: ` · version ${tool.version} · used ${tool.usage_count} times · ${tool.failure_count} consecutive failures` }),
+  ];
+  if (tool.last_error) parts.push(h("p", { class: "last-error" }, h("strong", { text: "Last error: " }), tool.last_error));
+  return parts;
+}
+
+export function toolPage(main, ctx, { toolId, language, generate }) {
+  const stops = [];
+  const alert = h("p", { class: "form-alert", role: "alert" });
+  const note = h("p", { class: "note", role: "status" });
+  const head = h("div", { class: "page-head" });
+  const statusBox = h("div", { class: "tool-status" });
+  const actions = h("div", { class: "actions" });
+  const body = h("div");
+  clear(main, head, statusBox, actions, alert, note, body);
+  let tool = null;
+  let form = null;
+  let testCases = null;
+
+  const setHead = () => {
+    clear(head, h("h1", { text: tool ? `Tool: ${tool.name}` : "New tool" }), h("a", { href: "#/", text: "All tools" }));
+  };
+
+  const act = async (label, fn) => {
+    alert.textContent = "";
+    try {
+      await fn();
+    } catch (err) {
+      if (!(err instanceof ApiError)) throw err;
+      alert.textContent = err.message;
+    }
+  };
+
+  const drawStatus = () => {
+    if (!tool) return;
+    clear(statusBox, statusLine(tool));
+    const buttons = [];
+    if (tool.status === "disabled") {
+      buttons.push(h("button", { type: "button", onclick: () => act("Enable", async () => setTool((await api("POST", `/v1/custom-tools/${q(tool.id)}/enable`)).data, "Enabled.")), text: "Enable" }));
+    } else {
+      buttons.push(h("button", { type: "button", onclick: () => act("Disable", async () => setTool((await api("POST", `/v1/custom-tools/${q(tool.id)}/disable`, {})).data, "Disabled.")), text: "Disable" }));
+    }
+    buttons.push(
+      h("button", {
+        type: "button",
+        class: "danger",
+        onclick: () => act("Delete", async () => {
+          if (!window.confirm(`Delete the tool ${tool.name}? Its versions go with it.`)) return;
+          await api("DELETE", `/v1/custom-tools/${q(tool.id)}`);
+          ctx.flash(`Deleted ${tool.name}.`);
+          ctx.navigate("#/");
+        }),
+        text: "Delete",
+      }),
+    );
+    clear(actions, buttons);
+  };
+
+  let history = null;
+  const setTool = (next, message) => {
+    tool = next;
+    setHead();
+    drawStatus();
+    if (message) note.textContent = message;
+    if (history) history.refresh(tool);
+  };
+
+  // -- validation as you type (the API's own checks; nothing is stored)
+  let seq = 0;
+  let timer = null;
+  let canValidate = ctx.scopes.write;
+  const validate = async () => {
+    if (!canValidate) return;
+    const mine = ++seq;
+    let payload;
+    try {
+      payload = { ...form.body(), workspace_id: ctx.workspaceId };
+    } catch (err) {
+      showProblems(formBox, err, { message: false });
+      return;
+    }
+    try {
+      await api("POST", "/v1/custom-tools/validate", payload);
+      if (mine !== seq) return;
+      showProblems(formBox, { details: [] }, { message: false });
+      form.editor.mark([]);
+      note.textContent = "No problems found.";
+    } catch (err) {
+      if (mine !== seq || !(err instanceof ApiError)) return;
+      if (err.status === 404 || err.status === 405) {
+        canValidate = false;
+        return;
+      }
+      showProblems(formBox, err, { message: false });
+      form.editor.mark(codeDiagnostics(err));
+      note.textContent = err.message;
+    }
+  };
+  const changed = () => {
+    clearTimeout(timer);
+    timer = setTimeout(validate, VALIDATE_DELAY_MS);
+  };
+  stops.push(() => clearTimeout(timer));
+
+  const formBox = h("form", { class: "card", novalidate: true, "aria-label": "Tool" });
+  const save = async () => {
+    alert.textContent = "";
+    let payload;
+    try {
+      payload = form.body();
+    } catch (err) {
+      showProblems(formBox, err);
+      alert.textContent = err.message;
+      return;
+    }
+    if (testCases && !tool) payload.test_cases = testCases;
+    try {
+      if (tool) {
+        const res = await api("PATCH", `/v1/custom-tools/${q(tool.id)}`, payload);
+        showProblems(formBox, { details: [] }, { message: false });
+        form.editor.mark([]);
+        setTool(res.data, `Saved: version ${res.data.version}.`);
+      } else {
+        const res = await api("POST", "/v1/custom-tools", { ...payload, workspace_id: ctx.workspaceId });
+        ctx.flash(`Created ${res.data.name}, version ${res.data.version}.`);
+        ctx.navigate(`#/tools/${encodeURIComponent(res.data.id)}`);
+      }
+    } catch (err) {
+      if (!(err instanceof ApiError)) throw err;
+      showProblems(formBox, err);
+      form.editor.mark(codeDiagnostics(err));
+      alert.textContent = err.message;
+    }
+  };
+  formBox.addEventListener("submit", (e) => {
+    e.preventDefault();
+    save();
+  });
+
+  // -- test-run (POST /v1/custom-tools/test: the form as it is, nothing saved or counted)
+  const input = h("textarea", { rows: 5, class: "mono", spellcheck: "false" });
+  const output = h("div", { class: "result-box", "aria-live": "polite" });
+  const testBox = h("section", { class: "card", "aria-labelledby": "test-h" });
+  const runTest = async () => {
+    clear(output);
+    let payload;
+    let value;
+    try {
+      payload = form.body();
+    } catch (err) {
+      showProblems(formBox, err);
+      clear(output, h("p", { class: "form-alert", text: err.message }));
+      return;
+    }
+    try {
+      value = JSON.parse(input.value || "{}");
+    } catch (err) {
+      showProblems(testBox, { details: [{ field: "input", message: `is not valid JSON: ${err.message}` }] }, { message: false });
+      return;
+    }
+    showProblems(testBox, { details: [] }, { message: false });
+    clear(output, h("p", { text: "Running…" }));
+    try {
+      const res = await api("POST", "/v1/custom-tools/test", { ...payload, workspace_id: ctx.workspaceId, input: value });
+      clear(output, resultView(res.data));
+    } catch (err) {
+      if (!(err instanceof ApiError)) throw err;
+      showProblems(formBox, err);
+      form.editor.mark(codeDiagnostics(err));
+      showProblems(testBox, err, { message: false });
+      clear(output, h("p", { class: "form-alert", role: "alert", text: err.message }));
+    }
+  };
+
+  const build = (initial) => {
+    form = toolForm(initial, { onChange: changed });
+    const saveButton = h("button", { type: "submit", class: "primary", text: "Save" });
+    clear(formBox, form.element, h("div", { class: "actions" }, saveButton));
+    input.value = JSON.stringify(sampleInput(initial && initial.input_schema), null, 2);
+    clear(
+      testBox,
+      h("h2", { id: "test-h", text: "Test run" }),
+      h("p", { class: "hint", text: "Runs the form as it is now in the sandbox; nothing is saved or counted." }),
+      field("Input", input, { name: "input", hint: "JSON" }),
+      h("div", { class: "actions" }, h("button", { type: "button", onclick: runTest, text: "Test" })),
+      output,
+    );
+    const parts = [];
+    if (generate) {
+      parts.push(wizard({
+        language: () => form.controls.lang.value,
+        workspaceId: ctx.workspaceId,
+        onDraft: (draft) => {
+          form.fill(draft);
+          testCases = Array.isArray(draft.test_cases) ? draft.test_cases : null;
+          const example = Array.isArray(draft.examples) && draft.examples[0];
+          if (example && example.input !== undefined) input.value = pretty(example.input);
+          note.textContent = "The draft is in the form below: check it, then Save.";
+        },
+      }));
+    }
+    parts.push(formBox, testBox);
+    if (initial && initial.id) {
+      history = historySections(initial, ctx);
+      parts.push(history.element);
+    }
+    clear(body, parts);
+  };
+
+  if (toolId) {
+    api("GET", `/v1/custom-tools/${q(toolId)}`)
+      .then((res) => {
+        tool = res.data;
+        build(tool);
+        setTool(tool, ctx.takeFlash());
+        stops.push(poll(async () => {
+          const fresh = (await api("GET", `/v1/custom-tools/${q(tool.id)}`)).data;
+          if (JSON.stringify(fresh) !== JSON.stringify(tool)) setTool(fresh);
+        }, 2000));
+      })
+      .catch((err) => {
+        clear(main, h("h1", { text: "Tool" }), h("p", { class: "form-alert", role: "alert", text: err.message }), h("a", { href: "#/", text: "All tools" }));
+      });
+  } else {
+    setHead();
+    build({ language: language || "python" });
+  }
+  return () => stops.forEach((s) => s());
+}

@@ -1,0 +1,108 @@
+// The AI-assisted wizard: describe the tool, POST /v1/custom-tools/generate (progress as
+// server-sent events when the service streams them), the draft filled into the form.
+
+import { api, ApiError, session } from "./api.js";
+import { clear, field, h, pretty } from "./dom.js";
+import { resultView } from "./result.js";
+
+function explain(err) {
+  // Until the generator is there, the path answers 404 or 405 (it matches /{tool_id}).
+  if (err.status === 404 || err.status === 405) {
+    return "This service has no generator yet (POST /v1/custom-tools/generate is not there); it also needs TOOLKILN_LLM_BASE_URL.";
+  }
+  return err.message;
+}
+
+// Reads an event stream from a fetch response: yields {event, data} with data parsed as JSON.
+async function* events(response) {
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buffer += decoder.decode(value, { stream: true });
+    let cut;
+    while ((cut = buffer.search(/\r?\n\r?\n/)) >= 0) {
+      const block = buffer.slice(0, cut);
+      buffer = buffer.slice(cut).replace(/^\r?\n\r?\n/, "");
+      let event = "message";
+      const data = [];
+      for (const line of block.split(/\r?\n/)) {
+        if (line.startsWith("event:")) event = line.slice(6).trim();
+        else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
+      }
+      let parsed = null;
+      try {
+        parsed = data.length ? JSON.parse(data.join("\n")) : null;
+      } catch {
+        parsed = data.join("\n");
+      }
+      yield { event, data: parsed };
+    }
+  }
+}
+
+function progressText(event, data) {
+  const d = data && typeof data === "object" ? data : {};
+  if (event === "attempt") return `Attempt ${d.attempt ?? d.n ?? ""} asked of the model.`;
+  if (event === "validated") return "The proposal passed validation.";
+  if (event === "example") return `Example run: ${d.status ?? (d.result && d.result.status) ?? ""}`;
+  if (event === "error") return `Error: ${d.message ?? pretty(d)}`;
+  return event;
+}
+
+export function wizard({ language, workspaceId, onDraft }) {
+  const describe = h("textarea", { rows: 4 });
+  const log = h("ol", { class: "progress", "aria-live": "polite" });
+  const alert = h("p", { class: "form-alert", role: "alert" });
+  const examples = h("div");
+  const box = h(
+    "section",
+    { class: "card wizard", "aria-labelledby": "wizard-h" },
+    h("h2", { id: "wizard-h", text: "Generate a tool" }),
+    field("Describe the tool", describe, { name: "description", hint: "What it takes and what it answers, in plain words." }),
+    h("div", { class: "actions" }, h("button", { type: "button", onclick: () => run(), text: "Generate" })),
+    alert,
+    log,
+    examples,
+  );
+  const note = (text) => log.append(h("li", { text }));
+  const done = (draft) => {
+    onDraft(draft);
+    note("Draft ready.");
+    const list = Array.isArray(draft.examples) ? draft.examples : [];
+    clear(examples, list.length ? h("h3", { text: "Examples the draft was run on" }) : null, list.map((ex) => h("div", { class: "example" }, h("pre", { text: `input: ${pretty(ex.input)}` }), resultView(ex.result))));
+  };
+  const run = async () => {
+    alert.textContent = "";
+    clear(log);
+    clear(examples);
+    const body = { workspace_id: workspaceId, description: describe.value, language: language() };
+    note("Asking the model…");
+    try {
+      const res = await api("POST", "/v1/custom-tools/generate", body, { accept: "text/event-stream" });
+      const type = res.headers.get("content-type") || "";
+      if (!type.startsWith("text/event-stream")) {
+        done((await res.json()).data);
+        return;
+      }
+      for await (const { event, data } of events(res)) {
+        if (event === "draft") {
+          done(data && data.data ? data.data : data);
+          return;
+        }
+        note(progressText(event, data));
+        if (event === "error") {
+          alert.textContent = (data && data.message) || "The generator failed.";
+          return;
+        }
+      }
+    } catch (err) {
+      if (!(err instanceof ApiError)) throw err;
+      alert.textContent = explain(err);
+      if (err.status === 401) session.signOut();
+    }
+  };
+  return box;
+}

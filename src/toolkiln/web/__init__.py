@@ -1,0 +1,81 @@
+"""The Custom Tools view (CONTRACT section 10): a static page and its bundle under ``/ui``.
+
+The page holds no data of its own: it signs in with a token and talks to ``/v1`` like any
+client. The bundle is built from ``frontend/`` at install time (``make install``); this
+module serves it with a Content-Security-Policy that lets only the shipped script run.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+from fastapi import FastAPI
+from fastapi.responses import FileResponse, HTMLResponse, PlainTextResponse, Response
+
+STATIC = Path(__file__).resolve().parent / "static"
+
+
+# No inline script, no eval, no framing; data goes only to this origin; images from here or
+# https (a tool's _render may point at either). Styles: the shipped sheet, and the one style
+# element CodeMirror writes, which carries this response's nonce (the page never inserts
+# markup, so nothing else can carry it).
+def csp(nonce: str) -> str:
+    return "; ".join(
+        [
+            "default-src 'none'",
+            "script-src 'self'",
+            f"style-src 'self' 'nonce-{nonce}'",
+            "img-src 'self' https:",
+            "connect-src 'self'",
+            "font-src 'self'",
+            "base-uri 'none'",
+            "form-action 'none'",
+            "frame-ancestors 'none'",
+            "object-src 'none'",
+        ]
+    )
+
+
+# The assets' headers; the page itself gets csp() with a fresh nonce.
+HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "Cross-Origin-Opener-Policy": "same-origin",
+    "Cross-Origin-Resource-Policy": "same-origin",
+    "Cache-Control": "no-cache",
+}
+
+ASSETS = {"app.js": "text/javascript; charset=utf-8", "app.css": "text/css; charset=utf-8"}
+
+NOT_BUILT = (
+    "The Custom Tools view is not built: run `make install` (it runs npm ci and the esbuild "
+    "bundle in frontend/)."
+)
+
+
+def mount(app: FastAPI, static: Path = STATIC) -> None:
+    """Add ``GET /ui`` and ``GET /ui/assets/{name}`` to the app (not in the OpenAPI document)."""
+
+    template = (static / "index.html").read_text(encoding="utf-8")
+
+    def page() -> Response:
+        if not (static / "app.js").is_file():
+            return PlainTextResponse(NOT_BUILT, status_code=503, headers=HEADERS)
+        nonce = secrets.token_urlsafe(18)
+        headers = {**HEADERS, "Content-Security-Policy": csp(nonce)}
+        html = template.replace("{{nonce}}", nonce)
+        return HTMLResponse(html, headers=headers)
+
+    def asset(name: str) -> Response:
+        kind = ASSETS.get(name)
+        path = static / name
+        if kind is None or not path.is_file():
+            return PlainTextResponse("Not found.", status_code=404, headers=HEADERS)
+        return FileResponse(path, media_type=kind, headers=HEADERS)
+
+    app.add_api_route("/ui", page, methods=["GET"], include_in_schema=False)
+    app.add_api_route("/ui/", page, methods=["GET"], include_in_schema=False)
+    app.add_api_route("/ui/assets/{name}", asset, methods=["GET"], include_in_schema=False)

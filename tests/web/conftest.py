@@ -1,0 +1,156 @@
+"""The view in a real Chromium (Debian's package, driven by Playwright) against a live service.
+
+One service per test module: uvicorn on a loopback port in a thread, SQLite in a temporary
+data dir, the real sandbox. The browser may reach nothing but that service: every other
+request is aborted, and name resolution fails for any other host.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from toolkiln.app import Runtime, build, build_app
+from toolkiln.config import Settings
+
+CHROMIUM = os.environ.get("TOOLKILN_CHROMIUM", "/usr/bin/chromium")
+TOKEN = "view-test-admin-token"
+ROOT = Path(__file__).resolve().parents[2]
+BUNDLE = ROOT / "src" / "toolkiln" / "web" / "static" / "app.js"
+# Screenshots land here when set (the README's pictures: TOOLKILN_UI_SCREENSHOTS=docs/img).
+SHOTS = os.environ.get("TOOLKILN_UI_SCREENSHOTS")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Live:
+    """A running service, an admin token, its default workspace, and an API client."""
+
+    runtime: Runtime
+    url: str
+    workspace_id: str
+    http: httpx.Client
+
+    def create_tool(self, **fields: Any) -> dict[str, Any]:
+        body = {"workspace_id": self.workspace_id, "language": "python", **fields}
+        res = self.http.post("/v1/custom-tools", json=body)
+        assert res.status_code == 201, res.text
+        return dict(res.json()["data"])
+
+    def invoke(self, tool_id: str, payload: dict[str, Any]) -> dict[str, Any]:
+        res = self.http.post(f"/v1/custom-tools/{tool_id}/invoke", json={"input": payload})
+        assert res.status_code == 200, res.text
+        return dict(res.json()["data"])
+
+    def tool(self, tool_id: str) -> httpx.Response:
+        return self.http.get(f"/v1/custom-tools/{tool_id}")
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+    if not BUNDLE.is_file():
+        pytest.fail("The view's bundle is not built: run `make install` (npm ci + esbuild).")
+    data_dir = tmp_path_factory.mktemp("view")
+    rt = build(Settings(data_dir=data_dir, sandbox_warm=2, sandbox_js_workers=1))
+    rt.services.access.bootstrap(TOKEN)
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(build_app(rt, close_on_exit=False), port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.02)
+    url = f"http://127.0.0.1:{port}"
+    http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
+    workspace = http.get("/v1/workspaces").json()["data"][0]["id"]
+    try:
+        yield Live(rt, url, workspace, http)
+    finally:
+        http.close()
+        server.should_exit = True
+        thread.join(10)
+        rt.close()
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    if not (shutil.which(CHROMIUM) or os.path.isfile(CHROMIUM)):
+        pytest.fail(f"No Chromium at {CHROMIUM}: `make test` installs Debian's chromium package.")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(
+            executable_path=CHROMIUM,
+            args=[
+                "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--no-first-run",
+            ],
+        )
+        yield chromium
+        chromium.close()
+
+
+class Page:
+    """A browser tab on the view, with what it must never see: errors, outside requests."""
+
+    def __init__(self, page: Any, live: Live) -> None:
+        self.page = page
+        self.live = live
+        self.errors: list[str] = []
+        self.outside: list[str] = []
+        page.on("pageerror", lambda e: self.errors.append(str(e)))
+
+    def sign_in(self, token: str = TOKEN) -> None:
+        self.page.goto(f"{self.live.url}/ui")
+        self.page.get_by_label("Token").fill(token)
+        self.page.get_by_role("button", name="Sign in").click()
+
+    def shot(self, name: str, locator: Any = None) -> None:
+        """A picture for the docs (only when TOOLKILN_UI_SCREENSHOTS names a folder)."""
+        if SHOTS:
+            Path(SHOTS).mkdir(parents=True, exist_ok=True)
+            target = locator if locator is not None else self.page
+            target.screenshot(path=str(Path(SHOTS) / name))
+
+
+@pytest.fixture
+def tab(browser: Any, live: Live) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(15_000)
+    page = context.new_page()
+    wrapped = Page(page, live)
+
+    def only_the_service(route: Any) -> None:
+        if route.request.url.startswith(live.url):
+            route.continue_()
+        else:
+            wrapped.outside.append(route.request.url)
+            route.abort()
+
+    context.route("**/*", only_the_service)
+    try:
+        yield wrapped
+    finally:
+        context.close()
+    assert not wrapped.errors, wrapped.errors

@@ -1,0 +1,66 @@
+"""What /ui sends: the page, its assets, and headers that let only the shipped script run."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from toolkiln import web
+
+
+def client_for(static: Path = web.STATIC) -> TestClient:
+    app = FastAPI()
+    web.mount(app, static)
+    return TestClient(app)
+
+
+def directives(policy: str) -> dict[str, str]:
+    return {d.split()[0]: d.partition(" ")[2] for d in (p.strip() for p in policy.split(";"))}
+
+
+def test_the_page_has_a_strict_policy_and_a_fresh_style_nonce() -> None:
+    client = client_for()
+    first, second = client.get("/ui"), client.get("/ui")
+    assert first.status_code == 200
+    assert first.headers["content-type"].startswith("text/html")
+    policy = directives(first.headers["content-security-policy"])
+    assert policy["default-src"] == "'none'"
+    assert policy["script-src"] == "'self'"
+    assert policy["frame-ancestors"] == "'none'"
+    assert policy["object-src"] == "'none'"
+    assert policy["base-uri"] == "'none'"
+    assert policy["img-src"] == "'self' https:"
+    for value in policy.values():
+        assert "unsafe" not in value
+    nonce = re.search(r"'nonce-([^']+)'", policy["style-src"])
+    assert nonce is not None
+    assert f'content="{nonce.group(1)}"' in first.text
+    assert first.headers["content-security-policy"] != second.headers["content-security-policy"]
+    assert first.headers["x-frame-options"] == "DENY"
+    assert first.headers["x-content-type-options"] == "nosniff"
+    assert first.headers["referrer-policy"] == "no-referrer"
+    # The page carries no script of its own: only a reference to the shipped bundle.
+    assert re.findall(r"<script[^>]*>", first.text) == [
+        '<script defer src="/ui/assets/app.js">'
+    ]
+
+
+def test_assets_are_served_by_name_only() -> None:
+    client = client_for()
+    js = client.get("/ui/assets/app.js")
+    assert js.status_code == 200
+    assert js.headers["content-type"].startswith("text/javascript")
+    assert client.get("/ui/assets/app.css").headers["content-type"].startswith("text/css")
+    for name in ("index.html", "..%2F__init__.py", "app.js.LEGAL.txt", "nope.js"):
+        assert client.get(f"/ui/assets/{name}").status_code == 404
+
+
+def test_an_unbuilt_view_says_how_to_build_it(tmp_path: Path) -> None:
+    shutil.copy(web.STATIC / "index.html", tmp_path / "index.html")
+    res = client_for(tmp_path).get("/ui")
+    assert res.status_code == 503
+    assert "make install" in res.text
