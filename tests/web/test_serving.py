@@ -44,9 +44,7 @@ def test_the_page_has_a_strict_policy_and_a_fresh_style_nonce() -> None:
     assert first.headers["x-content-type-options"] == "nosniff"
     assert first.headers["referrer-policy"] == "no-referrer"
     # The page carries no script of its own: only a reference to the shipped bundle.
-    assert re.findall(r"<script[^>]*>", first.text) == [
-        '<script defer src="/ui/assets/app.js">'
-    ]
+    assert re.findall(r"<script[^>]*>", first.text) == ['<script defer src="/ui/assets/app.js">']
 
 
 def test_assets_are_served_by_name_only() -> None:
