@@ -10,7 +10,7 @@ WEB_DEPS := $(WEB)/node_modules/.installed
 BUNDLE := src/toolkiln/web/static/app.js
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: install serve test lint bench clean browser
+.PHONY: install serve test lint bench bench-code-mode clean browser
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -45,6 +45,9 @@ test: lint browser
 
 bench: install
 	$(BIN)/python bench/invoke.py
+
+bench-code-mode: install
+	$(BIN)/python bench/code_mode.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache $(WEB)/node_modules $(BUNDLE)

@@ -216,3 +216,30 @@ def test_list_changed_reaches_clients(live: Live) -> None:
     before, after, advertised = anyio.run(run)
     assert advertised
     assert f"custom_{extra.id}" not in before and f"custom_{extra.id}" in after
+
+
+def test_code_mode_over_streamable_http(live: Live) -> None:
+    program = (
+        "async def handle(input, ctx):\n"
+        "    r = await ctx.tools.greet({'who': 'program'})\n"
+        "    c = await ctx.tools.calculate({'expression': '6*7'})\n"
+        "    return {'message': r['message'], 'rawData': c}\n"
+    )
+
+    async def run() -> tuple[list[str], str, object]:
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
+            url = f"{live.base}/mcp/agents/{live.agent_id}?mode=code"
+            async with streamable_http_client(url, http_client=http) as (read, write, *_):
+                async with ClientSession(read, write) as session:
+                    await session.initialize()
+                    listed = await session.list_tools()
+                    out = await session.call_tool(
+                        "run_program", {"language": "python", "code": program}
+                    )
+                    return [t.name for t in listed.tools], listed.tools[0].description or "", out
+
+    names, description, out = anyio.run(run)
+    assert names == ["run_program"] and "def greet(*, who: str)" in description
+    assert out.is_error is False and out.content[0].text == "hello program"  # type: ignore[attr-defined]
+    assert out.structured_content == {"result": 42}  # type: ignore[attr-defined]

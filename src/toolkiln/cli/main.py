@@ -32,6 +32,9 @@ def _parser() -> argparse.ArgumentParser:
 
     mcp = sub.add_parser("mcp", help="serve an agent's tools over MCP on stdio")
     mcp.add_argument("--agent", required=True, help="agent id")
+    mcp.add_argument(
+        "--mode", choices=("direct", "code"), default="direct", help="code: one run_program tool"
+    )
 
     ws = sub.add_parser("workspace", help="manage workspaces").add_subparsers(
         dest="action", required=True
@@ -94,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "mcp":
             from toolkiln.mcp_server.stdio import serve_stdio
 
-            serve_stdio(runtime.services, args.agent)
+            serve_stdio(runtime.services, args.agent, args.mode)
         elif args.command == "migrate":
             print("database is at the newest migration")
         elif args.command == "workspace" and args.action == "create":

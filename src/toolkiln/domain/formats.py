@@ -26,6 +26,7 @@ class ToolDef:
     tool_id: str | None = None
     version: int | None = None
     pinned: int | None = None  # the version the agent is pinned to, if any
+    tool_name: str | None = None  # a custom tool's own name (code mode calls it by name)
 
 
 def strict_schema(schema: dict[str, Any]) -> dict[str, Any] | None:

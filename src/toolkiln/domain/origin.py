@@ -67,6 +67,15 @@ class Budget:
 
 
 @dataclass(frozen=True, slots=True)
+class Offer:
+    """The tools a caller is offered when that is less than the whole workspace (an agent,
+    a code-mode program): built-ins by name, custom tools by id with their pinned version."""
+
+    builtins: frozenset[str]
+    custom: dict[str, int | None] = field(default_factory=dict)  # tool id -> pinned version
+
+
+@dataclass(frozen=True, slots=True)
 class Origin:
     """One call's place in its tree: who, the root, its parent, the chain, the budget."""
 
@@ -78,10 +87,13 @@ class Origin:
     chain: tuple[str, ...] = ()  # ids of the custom tools on the path to this call
     tool_id: str | None = None  # the custom tool whose code runs here, if any
     rows: list[AuditRow] = field(default_factory=list)  # this run's rows, written at its end
+    offer: Offer | None = None  # what this run's ctx.tools reach; None: its whole workspace
 
     @classmethod
-    def root(cls, caller: Caller, call_id: str, budget: Budget) -> Origin:
-        return cls(caller, call_id, call_id, budget)
+    def root(
+        cls, caller: Caller, call_id: str, budget: Budget, offer: Offer | None = None
+    ) -> Origin:
+        return cls(caller, call_id, call_id, budget, offer=offer)
 
     @property
     def workspace_id(self) -> str:
@@ -93,8 +105,9 @@ class Origin:
         return replace(self, call_id=call_id, parent_call_id=self.call_id, rows=[])
 
     def entering(self, tool_id: str) -> Origin:
-        """This call, now running the code of ``tool_id`` (which joins the chain)."""
-        return replace(self, chain=(*self.chain, tool_id), tool_id=tool_id)
+        """This call, now running the code of ``tool_id`` (which joins the chain). A tool's
+        own code reaches its workspace's tools, whoever offered the tool to the caller."""
+        return replace(self, chain=(*self.chain, tool_id), tool_id=tool_id, offer=None)
 
     def from_code(self) -> Origin:
         """A call made by the code running here: source ``code``, this call as parent."""

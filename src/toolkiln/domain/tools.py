@@ -81,6 +81,8 @@ class Tool:
             language=version.language,
             description=version.description,
             version=version.version,
+            test_cases=list(version.test_cases),
+            allowed_callers=list(version.allowed_callers),
         )
 
 

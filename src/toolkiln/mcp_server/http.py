@@ -1,4 +1,5 @@
-"""``/mcp/agents/{agent_id}``: streamable HTTP, bearer auth, run in the service's lifespan."""
+"""``/mcp/agents/{agent_id}[?mode=code&language=...]``: streamable HTTP, bearer auth, run in
+the service's lifespan."""
 
 from __future__ import annotations
 
@@ -13,9 +14,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
-from toolkiln.domain.auth import Principal
 from toolkiln.domain.errors import Forbidden, NotFound, ToolkilnError, Unauthenticated
-from toolkiln.mcp_server.server import Listeners, make_server, watch_tool_lists
+from toolkiln.mcp_server.server import Endpoint, Listeners, make_server, watch_tool_lists
 from toolkiln.services.container import Services
 
 PREFIX = "/agents/"
@@ -44,11 +44,16 @@ class McpHttp:
     def __init__(self, services: Services) -> None:
         self._services = services
 
-        async def resolve(ctx: ServerRequestContext[Any, Any]) -> tuple[Principal, str]:
+        async def resolve(ctx: ServerRequestContext[Any, Any]) -> Endpoint:
             request = ctx.request
-            assert isinstance(request, Request)
+            if not isinstance(request, Request):
+                raise Unauthenticated("MCP over HTTP needs the HTTP request.")
             principal = self._services.access.authenticate(_bearer(request.headers))
-            return principal, _agent_of(request.url.path.split("/mcp", 1)[-1])
+            agent_id = _agent_of(request.url.path.split("/mcp", 1)[-1])
+            q = request.query_params
+            return Endpoint(
+                principal, agent_id, q.get("mode", "direct"), q.get("language", "python")
+            )
 
         self.listeners = Listeners()
         self.manager = StreamableHTTPSessionManager(make_server(services, resolve, self.listeners))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -22,7 +23,18 @@ from toolkiln.domain.auth import Principal
 from toolkiln.services.container import Services
 from toolkiln.services.invoke import CallContext
 
-Resolve = Callable[[ServerRequestContext[Any, Any]], Awaitable[tuple[Principal, str]]]
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """Who calls, for which agent, and how its tools are offered (``mode``: direct | code)."""
+
+    principal: Principal
+    agent_id: str
+    mode: str = "direct"
+    language: str = "python"
+
+
+Resolve = Callable[[ServerRequestContext[Any, Any]], Awaitable[Endpoint]]
 
 
 log = logging.getLogger("toolkiln.mcp")
@@ -90,9 +102,11 @@ def make_server(services: Services, resolve: Resolve, listeners: Listeners) -> S
     async def list_tools(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        principal, agent_id = await resolve(ctx)
+        at = await resolve(ctx)
         entries = await anyio.to_thread.run_sync(
-            lambda: services.agents.tool_list(principal, agent_id, "mcp")
+            lambda: services.agents.tool_list(
+                at.principal, at.agent_id, "mcp", mode=at.mode, language=at.language
+            )
         )
         listeners.remember(ctx.session)
         return types.ListToolsResult(
@@ -107,7 +121,8 @@ def make_server(services: Services, resolve: Resolve, listeners: Listeners) -> S
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        principal, agent_id = await resolve(ctx)
+        at = await resolve(ctx)
+        principal, agent_id = at.principal, at.agent_id
         status = await anyio.to_thread.run_sync(
             lambda: services.agents.status_line(principal, agent_id, params.name)
         )

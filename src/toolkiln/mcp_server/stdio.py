@@ -13,17 +13,17 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.stdio import stdio_server
 
 from toolkiln.domain.auth import Principal
-from toolkiln.mcp_server.server import Listeners, make_server, watch_tool_lists
+from toolkiln.mcp_server.server import Endpoint, Listeners, make_server, watch_tool_lists
 from toolkiln.services.container import Services
 
 
-def serve_stdio(services: Services, agent_id: str) -> None:
+def serve_stdio(services: Services, agent_id: str, mode: str = "direct") -> None:
     admin = Principal("local-cli", "", frozenset({"admin"}))
     agent = services.agents.get(admin, agent_id)
     principal = Principal("local-cli", agent.workspace_id, frozenset({"read", "invoke"}))
 
-    async def resolve(ctx: ServerRequestContext[Any, Any]) -> tuple[Principal, str]:
-        return principal, agent.id
+    async def resolve(ctx: ServerRequestContext[Any, Any]) -> Endpoint:
+        return Endpoint(principal, agent.id, mode)
 
     listeners = Listeners()
     server = make_server(services, resolve, listeners)

@@ -6,19 +6,21 @@ import dataclasses
 from typing import Any
 
 from toolkiln.domain.auth import Principal
+from toolkiln.domain.codemode import PROGRAM_LANGUAGES, RUN_PROGRAM, program_def
 from toolkiln.domain.errors import InvalidRequest, NotFound
 from toolkiln.domain.formats import FORMATS, ToolDef, render
 from toolkiln.domain.ids import new_id, utcnow
 from toolkiln.domain.limits import MAX_TIMEOUT_MS
-from toolkiln.domain.origin import Budget, Origin
+from toolkiln.domain.origin import Budget, Offer, Origin
 from toolkiln.domain.records import Agent, AuditRow, check_label
 from toolkiln.domain.results import Result
 from toolkiln.services.invoke import CallContext, InvokeService, check_ids, duplicate_call_id
 from toolkiln.services.paging import listing_scope
 from toolkiln.services.ports import UnitOfWork, UnitOfWorkFactory
-from toolkiln.services.router import CUSTOM_PREFIX, Offer, Router
+from toolkiln.services.router import CUSTOM_PREFIX, Router
 
 # Every change that can alter some agent's tool list leaves one of these audit rows.
+MODES = ("direct", "code")
 LIST_CHANGING_EVENTS = [
     "tool.created",
     "tool.updated",
@@ -124,7 +126,9 @@ class AgentService:
 
     # -- what an agent sees
 
-    def tool_defs(self, principal: Principal, agent_id: str) -> tuple[Agent, list[ToolDef]]:
+    def tool_defs(
+        self, principal: Principal, agent_id: str, mode: str = "direct"
+    ) -> tuple[Agent, list[ToolDef]]:
         """Built-ins the workspace allows (by name), then active custom tools that are global
         or enabled for this agent (as custom_{id}, at their pinned version if any)."""
         principal.require("read")
@@ -145,6 +149,9 @@ class AgentService:
         ]
         for tool in tools:
             version = pinned.get(tool.id)
+            callers = version.allowed_callers if version else tool.allowed_callers
+            if mode not in callers:  # allowed_callers: "direct", "code" or both
+                continue
             schema = version.input_schema if version else tool.input_schema
             description = (version.description if version else tool.description) or tool.name
             defs.append(
@@ -156,19 +163,36 @@ class AgentService:
                     tool.id,
                     version.version if version else tool.version,
                     version.version if version else None,
+                    tool.name,
                 )
             )
         return agent, defs
 
     def tool_list(
-        self, principal: Principal, agent_id: str, fmt: str, strict: bool = False
+        self,
+        principal: Principal,
+        agent_id: str,
+        fmt: str,
+        strict: bool = False,
+        mode: str = "direct",
+        language: str = "python",
     ) -> list[dict[str, Any]]:
+        """The agent's tools in a provider's format; in code mode, one ``run_program`` tool
+        whose description declares the code-mode tools in ``language`` (CONTRACT 7a)."""
+        problems = []
         if fmt not in FORMATS:
-            raise InvalidRequest(
-                f"format must be one of {', '.join(FORMATS)}.",
-                [{"field": "format", "message": f"one of {', '.join(FORMATS)}"}],
+            problems.append({"field": "format", "message": f"one of {', '.join(FORMATS)}"})
+        if mode not in MODES:
+            problems.append({"field": "mode", "message": f"one of {', '.join(MODES)}"})
+        if language not in PROGRAM_LANGUAGES:
+            problems.append(
+                {"field": "language", "message": f"one of {', '.join(PROGRAM_LANGUAGES)}"}
             )
-        _, defs = self.tool_defs(principal, agent_id)
+        if problems:
+            raise InvalidRequest(f"{problems[0]['field']} is not valid.", problems)
+        _, defs = self.tool_defs(principal, agent_id, mode)
+        if mode == "code":
+            return render([program_def(defs, language)], fmt, strict)
         return render(defs, fmt, strict)
 
     def change_marker(self) -> int:
@@ -194,7 +218,10 @@ class AgentService:
     ) -> Result:
         principal.require("invoke")
         check_ids(who)
-        agent, defs = self.tool_defs(principal, agent_id)
+        # run_program's ctx reaches the code-mode tools; any other name, the direct ones.
+        agent, defs = self.tool_defs(
+            principal, agent_id, "code" if name == RUN_PROGRAM else "direct"
+        )
         offer = Offer(
             frozenset(d.name for d in defs if d.kind == "builtin"),
             {str(d.tool_id): d.pinned for d in defs if d.kind == "custom"},
@@ -206,8 +233,8 @@ class AgentService:
             if who.tool_call_id is not None and tx.calls.exists(agent.workspace_id, call_id):
                 raise duplicate_call_id()
         # A custom tool's run is bounded by its own timeout_ms inside this deadline.
-        origin = Origin.root(caller, call_id, Budget.lasting(MAX_TIMEOUT_MS))
-        return self._router.call(origin, name, arguments, offer)
+        origin = Origin.root(caller, call_id, Budget.lasting(MAX_TIMEOUT_MS), offer)
+        return self._router.call(origin, name, arguments)
 
     @staticmethod
     def _visible(tx: UnitOfWork, principal: Principal, agent_id: str) -> Agent:

@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from jsonschema import Draft202012Validator
 
 from toolkiln.domain.builtin import RUN_CODE_SPEC, BuiltinSpec
 from toolkiln.domain.code_check import check_code, entrypoint_of
+from toolkiln.domain.codemode import PROGRAM_TIMEOUT_MS, RUN_PROGRAM, RUN_PROGRAM_SCHEMA
 from toolkiln.domain.ids import new_id
-from toolkiln.domain.origin import Origin
+from toolkiln.domain.origin import Offer, Origin
 from toolkiln.domain.records import Policy
 from toolkiln.domain.results import Result, error, refused
 from toolkiln.domain.schema import compile_validator, input_problems
@@ -35,15 +35,6 @@ MAX_NAME_CHARS = 128
 RUN_CODE_TIMEOUT_MS = 5000
 
 
-@dataclass(frozen=True, slots=True)
-class Offer:
-    """The tools a caller is offered, when that is less than the whole workspace (an agent):
-    built-ins by name, custom tools as ``custom_{id}`` with their pinned version, if any."""
-
-    builtins: frozenset[str]
-    custom: dict[str, int | None] = field(default_factory=dict)  # tool id -> pinned version
-
-
 class Router:
     def __init__(self, uow: UnitOfWorkFactory, builtins: Builtins, runs: Runs) -> None:
         self._uow = uow
@@ -56,13 +47,14 @@ class Router:
 
     # -- entry points
 
-    def call(self, origin: Origin, name: str, payload: Any, offer: Offer | None = None) -> Result:
-        """A root call by name: an agent's tool call, MCP."""
-        return self._root(origin, name, payload, offer)[1]
+    def call(self, origin: Origin, name: str, payload: Any) -> Result:
+        """A root call by name: an agent's tool call, MCP (``origin.offer`` says what the
+        agent is offered)."""
+        return self._root(origin, name, payload)[1]
 
     def value(self, origin: Origin, name: str, payload: Any) -> Any:
         """A root call answered as ``ctx.tools`` would resolve it (the built-in endpoint)."""
-        return to_ctx(*self._root(origin, name, payload, None))
+        return to_ctx(*self._root(origin, name, payload))
 
     def specs(self) -> list[BuiltinSpec]:
         """Every built-in, ``run_code`` included, by name."""
@@ -85,7 +77,7 @@ class Router:
         if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME_CHARS:
             err = error("unknown_tool", "Tool names are 1-128 characters.")
             return to_ctx("refused", refused(origin.call_id, None, None, err))
-        kind, result = self._route(origin, name, payload, None, nested=True)
+        kind, result = self._route(origin, name, payload, nested=True)
         return to_ctx(kind, result)
 
     def run_tool(self, origin: Origin, tool: Tool, payload: Any) -> Result:
@@ -123,21 +115,22 @@ class Router:
 
     def run_code(self, origin: Origin, payload: Any) -> Result:
         """``run_code`` as the root call (``POST /v1/run-code``)."""
-        return self._route(origin, "run_code", payload, None, nested=False)[1]
+        return self._route(origin, "run_code", payload, nested=False)[1]
 
     # -- routing
 
-    def _root(
-        self, origin: Origin, name: str, payload: Any, offer: Offer | None
-    ) -> tuple[Kind, Result]:
+    def _root(self, origin: Origin, name: str, payload: Any) -> tuple[Kind, Result]:
         try:
-            return self._route(origin, name, payload, offer, nested=False)
+            return self._route(origin, name, payload, nested=False)
         finally:
             self._runs.flush(origin)
 
     def _route(
-        self, origin: Origin, name: str, payload: Any, offer: Offer | None, *, nested: bool
+        self, origin: Origin, name: str, payload: Any, *, nested: bool
     ) -> tuple[Kind, Result]:
+        offer = origin.offer
+        if name == RUN_PROGRAM and offer is not None and not nested:
+            return "custom", self._program(origin, payload)
         if self.is_builtin(name):
             policy = self._policy(origin)
             if (offer is not None and name not in offer.builtins) or name not in policy.builtins:
@@ -152,8 +145,50 @@ class Router:
             chain = [*origin.chain, tool.id]
             err = error("recursion", "A tool may not reach itself.", {"chain": chain})
             return "refused", refused(origin.call_id, tool.id, tool.version, err)
-        call = origin.nested(new_id()) if nested else origin
-        return "custom", self.run_tool(call, tool, payload)
+        if not nested:
+            return "custom", self.run_tool(origin, tool, payload)
+        result = self.run_tool(origin.nested(new_id()), tool, payload)
+        data = {
+            "name": tool.name,
+            "tool_id": tool.id,
+            "tool_call_id": result.tool_call_id,
+            "status": result.status,
+            "error": result.error["code"] if result.error else None,
+        }
+        origin.rows.append(origin.row("tool.called", data))
+        return "custom", result
+
+    def _program(self, origin: Origin, payload: Any) -> Result:
+        """Code mode's ``run_program``: one sandbox run whose ``ctx.tools`` reach exactly the
+        agent's code-mode offer (``origin.offer``), under this call's one budget."""
+        if problems := input_problems(_RUN_PROGRAM_VALIDATOR, payload):
+            err = error("invalid_input", "The input does not match the schema.", problems)
+            return refused(origin.call_id, None, None, err)
+        timeout_ms = int(payload.get("timeout_ms") or PROGRAM_TIMEOUT_MS)
+        origin.budget.narrow(timeout_ms)
+        language, source = payload["language"], payload["code"]
+        problems = check_code(language, source)
+        if problems or entrypoint_of(language, source) != "handle":
+            first = (
+                problems[0]
+                if problems
+                else {"message": "The program must define handle(input, ctx)."}
+            )
+            details = {
+                "type": "SyntaxError",
+                "message": first["message"],
+                "line": first.get("line"),
+            }
+            result = refused(
+                origin.call_id, None, None, error("runtime_error", first["message"], details)
+            )
+        else:
+            code = Code(language, source, "handle", timeout_ms)
+            result = Runs.shape(
+                origin, code, None, self._runs.run(origin, code, {}, self.from_code)
+            )
+        self._runs.record_run(origin, result, RUN_PROGRAM, kind="program")
+        return result
 
     def _snippet(self, origin: Origin, payload: Any, nested: bool) -> tuple[Kind, Result]:
         if problems := input_problems(_RUN_CODE_VALIDATOR, payload):
@@ -178,27 +213,27 @@ class Router:
             code = Code(language, source, entrypoint_of(language, source), RUN_CODE_TIMEOUT_MS)
             outcome = self._runs.run(run, code, payload.get("input", {}), self.from_code)
             result = Runs.shape(run, code, None, outcome)
-        self._runs.record_snippet(run, result)
+        self._runs.record_run(run, result, RUN_CODE_SPEC.name)
         return "run_code", result
 
     def _custom(self, origin: Origin, name: str, offer: Offer | None) -> Tool | None:
-        """The custom tool ``name`` means to this caller: by name or ``custom_{id}`` within
-        the caller's workspace, or only as offered (at its pinned version)."""
+        """The custom tool ``name`` means to this caller: its name (or the name with ``_``
+        for ``-``) or ``custom_{id}``, in the caller's workspace; with an offer, only a tool
+        offered, at its pinned version."""
         with self._uow(readonly=True) as tx:
-            if offer is not None:
-                tool_id = name.removeprefix(CUSTOM_PREFIX)
-                if not name.startswith(CUSTOM_PREFIX) or tool_id not in offer.custom:
-                    return None
-                tool = tx.tools.get(tool_id)
-                pinned = offer.custom[tool_id]
-                version = tx.tools.version(tool_id, pinned) if tool and pinned else None
-            else:
-                tool = tx.tools.by_name(origin.workspace_id, name)
-                if tool is None and name.startswith(CUSTOM_PREFIX):
-                    tool = tx.tools.get(name.removeprefix(CUSTOM_PREFIX))
-                version = None
-        if tool is None or tool.workspace_id != origin.workspace_id:
-            return None
+            tool = tx.tools.by_name(origin.workspace_id, name)
+            if tool is None and "_" in name and not name.startswith(CUSTOM_PREFIX):
+                tool = tx.tools.by_name(origin.workspace_id, name.replace("_", "-"))
+            if tool is None and name.startswith(CUSTOM_PREFIX):
+                tool = tx.tools.get(name.removeprefix(CUSTOM_PREFIX))
+            if tool is None or tool.workspace_id != origin.workspace_id:
+                return None
+            if offer is None:
+                return tool
+            if tool.id not in offer.custom:
+                return None
+            pinned = offer.custom[tool.id]
+            version = tx.tools.version(tool.id, pinned) if pinned else None
         return tool.at(version) if version is not None else tool
 
     def _not_offered(
@@ -256,6 +291,7 @@ class Router:
 
 
 _RUN_CODE_VALIDATOR = compile_validator(RUN_CODE_SPEC.input_schema)
+_RUN_PROGRAM_VALIDATOR = compile_validator(RUN_PROGRAM_SCHEMA)
 
 
 def to_ctx(kind: Kind, result: Result) -> Any:

@@ -163,14 +163,17 @@ class Runs:
                 data = {"reason": AUTO_DISABLE_REASON, "failure_count": counted.failure_count}
                 tx.audit.add(origin.row("tool.disabled", data, tool_id=tool_id))
 
-    def record_snippet(self, origin: Origin, result: Result) -> None:
-        """A run_code run stores no call (CONTRACT 4): its rows, then its own
-        ``builtin.called`` row, in one transaction."""
+    def record_run(self, origin: Origin, result: Result, name: str, kind: str = "") -> None:
+        """A run that is no stored tool's: ``run_code`` (no call stored, CONTRACT 4; its own
+        ``builtin.called`` row) or a code-mode program (``kind="program"``: stored, with a
+        ``tool.invoked`` row), after the rows of its ctx calls, in one transaction."""
         rows = _take(origin)
-        data = {"name": "run_code", **_summary(origin, result)}
+        data = {"name": name, **_summary(origin, result)}
         with self._uow() as tx:
+            if kind:
+                self._store(tx, origin, result, kind, None)
             tx.audit.add_many(rows)
-            tx.audit.add(origin.row("builtin.called", data))
+            tx.audit.add(origin.row("tool.invoked" if kind else "builtin.called", data))
 
     def flush(self, origin: Origin) -> None:
         """Rows of a call that made no run of its own (a built-in called at the root, a

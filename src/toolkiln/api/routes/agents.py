@@ -90,8 +90,13 @@ def agent_tools(
     svc: Svc,
     format: Literal["openai", "anthropic", "mcp"] = "openai",
     strict: bool = False,
+    mode: Literal["direct", "code"] = "direct",
+    language: Literal["python", "javascript"] = "python",
 ) -> dict[str, Any]:
-    return {"data": svc.agents.tool_list(who, agent_id, format, strict), "next_cursor": None}
+    """``mode=code``: one ``run_program`` tool whose description declares the agent's
+    code-mode tools as signatures in ``language`` (CONTRACT 7a)."""
+    tools = svc.agents.tool_list(who, agent_id, format, strict, mode, language)
+    return {"data": tools, "next_cursor": None}
 
 
 @router.post("/{agent_id}/tool-calls", response_model=models.One[models.Result])

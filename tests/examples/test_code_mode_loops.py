@@ -1,0 +1,124 @@
+"""The code-mode example loop finishes a two-tool task in one program, with the OpenAI and the
+Anthropic SDK, against a scripted model server on loopback (real HTTP, both protocols)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from anthropic import Anthropic
+from fastapi.testclient import TestClient
+from openai import OpenAI
+
+from tests.conftest import Space, seed_tool
+from tests.examples.test_agent_loops import load
+
+# What the scripted model writes after reading run_program's description: one program that
+# calls the order tool and a built-in by the names the description declares.
+PROGRAM = """
+async def handle(input, ctx):
+    order = await ctx.tools.lookup_order_status({"order_id": "A-42"})
+    calc = await ctx.tools.calculate({"expression": "6*7"})
+    return {"message": f"{order['message']}; 6*7 = {calc['result']}"}
+"""
+seen: list[dict[str, Any]] = []
+
+
+class Scripted(BaseHTTPRequestHandler):
+    def log_message(self, *args: Any) -> None:
+        return None
+
+    def _reply(self, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        seen.append(body)
+        args = {"language": "python", "code": PROGRAM}
+        if self.path.endswith("/chat/completions"):
+            results = [m["content"] for m in body["messages"] if m["role"] == "tool"]
+            assert [t["function"]["name"] for t in body["tools"]] == ["run_program"]
+            if results:
+                message: dict[str, Any] = {"role": "assistant", "content": f"Answer: {results[0]}"}
+            else:
+                call = {"id": "call_0", "type": "function"}
+                call["function"] = {"name": "run_program", "arguments": json.dumps(args)}
+                message = {"role": "assistant", "content": None, "tool_calls": [call]}
+            self._reply(
+                {
+                    "id": "chatcmpl-1",
+                    "object": "chat.completion",
+                    "created": 0,
+                    "model": body["model"],
+                    "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                }
+            )
+            return
+        results = [
+            b["content"]
+            for m in body["messages"]
+            if m["role"] == "user" and isinstance(m["content"], list)
+            for b in m["content"]
+            if b.get("type") == "tool_result"
+        ]
+        assert [t["name"] for t in body["tools"]] == ["run_program"]
+        if results:
+            content: list[dict[str, Any]] = [{"type": "text", "text": f"Answer: {results[0]}"}]
+        else:
+            content = [{"type": "tool_use", "id": "toolu_0", "name": "run_program", "input": args}]
+        self._reply(
+            {
+                "id": "msg_1",
+                "type": "message",
+                "role": "assistant",
+                "model": body["model"],
+                "content": content,
+                "stop_reason": "tool_use" if not results else "end_turn",
+                "stop_sequence": None,
+                "usage": {"input_tokens": 1, "output_tokens": 1},
+            }
+        )
+
+
+@pytest.fixture(scope="module")
+def model_url() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Scripted)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def _setup(client: TestClient, space: Space, rw: dict[str, str]) -> tuple[TestClient, str]:
+    client.post("/v1/custom-tools", json=seed_tool(space, enable_globally=True), headers=rw)
+    agent = client.post(
+        "/v1/agents", json={"workspace_id": space.id, "name": "coder"}, headers=rw
+    ).json()["data"]
+    return TestClient(client.app, headers=rw), agent["id"]
+
+
+EXPECTED = "Answer: Order A-42 is shipped; 6*7 = 42"
+
+
+def test_openai_code_mode_loop(client: TestClient, space: Space, rw, model_url: str) -> None:
+    toolkiln, agent_id = _setup(client, space, rw)
+    model = OpenAI(api_key="test", base_url=f"{model_url}/v1")
+    answer = load("code_mode_agent").run_openai(toolkiln, agent_id, model, "scripted", "go")
+    assert answer == EXPECTED
+
+
+def test_anthropic_code_mode_loop(client: TestClient, space: Space, rw, model_url: str) -> None:
+    toolkiln, agent_id = _setup(client, space, rw)
+    model = Anthropic(api_key="test", base_url=model_url)
+    answer = load("code_mode_agent").run_anthropic(toolkiln, agent_id, model, "scripted", "go")
+    assert answer == EXPECTED
+    description = seen[-1]["tools"][0]["description"]
+    assert "def lookup_order_status(*, order_id: str) -> ToolResult" in description
