@@ -1,9 +1,11 @@
-"""Per-call cgroups for memory and process caps, on cgroup v1 or v2 (whichever has them).
+"""Per-call cgroups for memory, process and CPU caps, on cgroup v1 or v2 (whichever has them).
 
-On the reference host v2 is mounted but has no memory or pids controller, while v1 has both;
-we take v2 when it offers both controllers, else v1, and report which one is in use.
+On the reference host v2 is mounted but has no controllers, while v1 has memory, pids and
+cpu; we take v2 when it offers memory and pids, else v1, and report which one is in use.
 Slots are made once and reused: attaching to a pre-made group costs ~0.03 ms, while a
-mkdir/rmdir per call costs far more (SANDBOX-NOTES). A slot holds one process at a time.
+mkdir/rmdir per call costs far more (SANDBOX-NOTES). A slot holds one process, plus, while
+a call runs, the processes of the runs nested under it (``join``), so the memory and CPU
+caps hold for the whole tree of runs of one call.
 """
 
 from __future__ import annotations
@@ -11,29 +13,34 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 V1 = Path("/sys/fs/cgroup")
 V2_CANDIDATES = (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified"))
+CPU_PERIOD_US = 100_000
 
 
 @dataclass(slots=True)
 class Handle:
-    """A slot's directories; ``oom_before`` is its oom_kill count when it was handed out."""
+    """A slot's directories; ``oom_before`` is its oom_kill count when it was handed out.
+    ``shared`` are the directories a nested run's process joins (memory and cpu)."""
 
     dirs: list[Path]
     memory_dir: Path
+    shared: list[Path] = field(default_factory=list)
     oom_before: int = 0
 
 
 class Cgroups:
-    """Caps each sandboxed child's memory and tasks, and tells afterwards if it hit OOM."""
+    """Caps each sandboxed child's memory, tasks and CPU, and tells afterwards if it hit OOM."""
 
-    def __init__(self, name: str, memory_bytes: int, pids_max: int) -> None:
+    def __init__(self, name: str, memory_bytes: int, pids_max: int, cpus: float = 1.0) -> None:
         self.memory_bytes = memory_bytes
         self.pids_max = pids_max
+        self.cpu_quota_us = int(cpus * CPU_PERIOD_US) if cpus > 0 else 0
         self.version: str | None = None
+        self.cpu = False  # whether a CPU limit is set per slot
         self.roots: list[Path] = []
         self._free: list[Handle] = []
         self._made = 0
@@ -41,15 +48,20 @@ class Cgroups:
         v2 = next((p for p in V2_CANDIDATES if self._v2_has(p, {"memory", "pids"})), None)
         if v2 is not None:
             self.version = "v2"
+            self.cpu = self.cpu_quota_us > 0 and self._v2_has(v2, {"cpu"})
+            wanted = "+memory +pids" + (" +cpu" if self.cpu else "")
             root = v2 / f"toolkiln-{name}"
             root.mkdir(exist_ok=True)
             with contextlib.suppress(OSError):
-                (v2 / "cgroup.subtree_control").write_text("+memory +pids")
-            (root / "cgroup.subtree_control").write_text("+memory +pids")
+                (v2 / "cgroup.subtree_control").write_text(wanted)
+            (root / "cgroup.subtree_control").write_text(wanted)
             self.roots = [root]
         elif (V1 / "memory" / "cgroup.procs").exists() and (V1 / "pids" / "cgroup.procs").exists():
             self.version = "v1"
             self.roots = [V1 / "memory" / f"toolkiln-{name}", V1 / "pids" / f"toolkiln-{name}"]
+            self.cpu = self.cpu_quota_us > 0 and (V1 / "cpu" / "cpu.cfs_quota_us").exists()
+            if self.cpu:
+                self.roots.append(V1 / "cpu" / f"toolkiln-{name}")
             for root in self.roots:
                 root.mkdir(exist_ok=True)
 
@@ -60,21 +72,31 @@ class Cgroups:
         except OSError:
             return False
 
+    def describe(self) -> dict[str, object]:
+        cpus = self.cpu_quota_us / CPU_PERIOD_US if self.cpu else None
+        return {"version": self.version, "memory_mb": self.memory_bytes >> 20, "cpus": cpus}
+
     def _make(self) -> Handle:
         self._made += 1
         dirs = [root / f"slot{self._made}" for root in self.roots]
         for d in dirs:
             d.mkdir(exist_ok=True)
+        quota = f"{self.cpu_quota_us} {CPU_PERIOD_US}"
         if self.version == "v2":
             (dirs[0] / "memory.max").write_text(str(self.memory_bytes))
             swap = dirs[0] / "memory.swap.max"
             if swap.exists():
                 swap.write_text("0")
             (dirs[0] / "pids.max").write_text(str(self.pids_max))
-        else:
-            (dirs[0] / "memory.limit_in_bytes").write_text(str(self.memory_bytes))
-            (dirs[1] / "pids.max").write_text(str(self.pids_max))
-        return Handle(dirs, dirs[0])
+            if self.cpu:
+                (dirs[0] / "cpu.max").write_text(quota)
+            return Handle(dirs, dirs[0], [dirs[0]])
+        (dirs[0] / "memory.limit_in_bytes").write_text(str(self.memory_bytes))
+        (dirs[1] / "pids.max").write_text(str(self.pids_max))
+        if self.cpu:
+            (dirs[2] / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
+            (dirs[2] / "cpu.cfs_quota_us").write_text(str(self.cpu_quota_us))
+        return Handle(dirs, dirs[0], [dirs[0], *dirs[2:]])
 
     def attach(self, pid: int) -> Handle | None:
         """Put a process (and any thread it starts) in a free slot of its own."""
@@ -82,12 +104,25 @@ class Cgroups:
             return None
         with self._lock:
             handle = self._free.pop() if self._free else self._make()
-        handle.oom_before = self._oom_count(handle)
+        handle.oom_before = self.oom_count(handle)
         for d in handle.dirs:
             (d / "cgroup.procs").write_text(str(pid))
         return handle
 
-    def _oom_count(self, handle: Handle) -> int:
+    @staticmethod
+    def join(pid: int, group: Handle) -> None:
+        """Charge a process to another slot's memory and CPU (a nested run joins its root
+        call's slot) until ``leave``; its task count stays its own slot's."""
+        for d in group.shared:
+            (d / "cgroup.procs").write_text(str(pid))
+
+    @staticmethod
+    def leave(pid: int, own: Handle) -> None:
+        """Back to its own slot (a long-lived worker after a nested call)."""
+        for d in own.shared:
+            (d / "cgroup.procs").write_text(str(pid))
+
+    def oom_count(self, handle: Handle) -> int:
         name = "memory.events" if self.version == "v2" else "memory.oom_control"
         try:
             for line in (handle.memory_dir / name).read_text().splitlines():
@@ -99,7 +134,7 @@ class Cgroups:
         return 0
 
     def oom_killed(self, handle: Handle | None) -> bool:
-        return handle is not None and self._oom_count(handle) > handle.oom_before
+        return handle is not None and self.oom_count(handle) > handle.oom_before
 
     def release(self, handle: Handle | None) -> None:
         """The slot's process has been reaped: the slot is free for the next one."""

@@ -21,6 +21,7 @@ from toolkiln.sandbox.jail import protocol
 from toolkiln.sandbox.packages import PYTHON_PACKAGES, PackageStore
 from toolkiln.sandbox.pool import SandboxUnavailable, Template, WarmChild
 from toolkiln.sandbox.session import Session
+from toolkiln.sandbox.shares import JoinFailed, Membership, enter
 
 log = logging.getLogger("toolkiln.sandbox")
 _instances = itertools.count()
@@ -47,6 +48,7 @@ class Limits:
     max_file_mb: int = 16
     scratch_mb: int = 64
     max_cpu_s: int = 31
+    cpus: float = 1.0  # CPU time per wall-clock second for a call and everything under it
     caps: protocol.Caps = field(default_factory=protocol.Caps)  # frame sizes, quotas
 
 
@@ -116,7 +118,7 @@ class PythonSandbox:
         }
         try:
             cgroups: Cgroups | None = Cgroups(
-                f"{name}-{id(self):x}", lim.memory_mb * 1024 * 1024, lim.max_threads + 4
+                f"{name}-{id(self):x}", lim.memory_mb * 1024 * 1024, lim.max_threads + 4, lim.cpus
             )
         except OSError as exc:
             log.error("cgroups unavailable: %s", exc)
@@ -172,6 +174,7 @@ class PythonSandbox:
             "limits": {
                 "timeout_ms": {"default": 5000, "max": 30000},
                 "memory_mb": lim.memory_mb,
+                "cpus": lim.cpus if self.cgroups is not None and self.cgroups.cpu else None,
                 "threads": lim.max_threads,
                 "open_files": lim.max_open_files,
                 "file_size_mb": lim.max_file_mb,
@@ -220,8 +223,13 @@ class PythonSandbox:
         if not link.admit():
             self._release(child, RunOutcome("not_admitted"), clean=True)
             return RunOutcome("not_admitted")
+        try:
+            member = enter(req, child, self.cgroups)
+        except JoinFailed:
+            self._release(child, None, clean=False)
+            return RunOutcome("infra", message="The nested run could not share its call's limits.")
         run = secrets.token_hex(8)  # every frame of this run must carry it
-        session = Session(self.limits.caps, run, link)
+        session = Session(self.limits.caps, run, link, member.group.audit)
         outcome: RunOutcome | None = None
         chan: socket.socket | None = None
         clean = False  # the run ended by its own report, and nothing of it is left unread
@@ -247,12 +255,14 @@ class PythonSandbox:
                 outcome = RunOutcome("garbled", message="frames after the result")
             clean = session.ended and outcome.kind != "garbled"
         except protocol.FrameError as exc:
-            outcome = self._from_frame_error(exc, child, deadline)
+            outcome = self._from_frame_error(exc, child, deadline, member)
         except OSError as exc:
-            outcome = self._from_frame_error(protocol.FrameError("eof", str(exc)), child, deadline)
+            eof = protocol.FrameError("eof", str(exc))
+            outcome = self._from_frame_error(eof, child, deadline, member)
         finally:
             if chan is not None and chan is not child.sock:
                 chan.close()
+            member.exit()
             self._release(child, outcome, clean)
         assert outcome is not None
         outcome.duration_ms = (time.perf_counter() - started) * 1000
@@ -276,7 +286,7 @@ class PythonSandbox:
             self.template.forget_exit(child)
 
     def _from_frame_error(
-        self, exc: protocol.FrameError, child: WarmChild, deadline: float
+        self, exc: protocol.FrameError, child: WarmChild, deadline: float, member: Membership
     ) -> RunOutcome:
         # Past the deadline, whatever ended the process (our clock, or its CPU rlimit when
         # this thread woke late on a loaded host), the call ran out of time.
@@ -289,10 +299,11 @@ class PythonSandbox:
         info = self.template.wait_exit(child, timeout=2.0)
         if info is None:
             return RunOutcome("crash", message="its exit status is unknown.")
+        if info.oom or (info.signal == signal.SIGKILL and member.shared_oom()):
+            # A nested run's process killed by its call's shared cap: its own slot saw no OOM.
+            return RunOutcome("memory")
         if info.outside:  # not the tool's doing (pool.judge): not counted against it
             return RunOutcome("infra", message=info.outside)
-        if info.oom:
-            return RunOutcome("memory")
         if info.signal == signal.SIGSYS:
             return RunOutcome("violation", details={"signal": "SIGSYS"})
         if info.signal == signal.SIGXCPU or info.cpu_limit:
