@@ -8,7 +8,6 @@ reached by another run.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,8 +24,6 @@ from toolkiln.domain.tools import AUTO_DISABLE_REASON
 from toolkiln.services.ports import CodeRunner, UnitOfWork, UnitOfWorkFactory
 
 FromCode = Callable[[Origin, str, Any], Any]
-MAX_AUDIT_ROWS = 200  # ctx.audit rows per run
-MAX_AUDIT_ROW_BYTES = 16 * 1024  # the JSON of one row's data
 MAX_AUDIT_EVENT_CHARS = 64
 
 
@@ -57,22 +54,14 @@ class _Link:
         return self._from_code(self._origin.from_code(), name, payload)
 
     def audit(self, event: str, data: Any) -> None:
-        """``custom.<event>`` with ``data`` exactly as given; rows over the caps are dropped
-        (the run goes on: an audit trail is never a way to fail or flood a call)."""
+        """``custom.<event>`` with ``data`` exactly as given. The sandbox side caps rows and
+        bytes per call (``sandbox/session.py``); here a row that could not be stored is
+        dropped rather than allowed to break the run's one write."""
+        if not isinstance(event, str) or not 0 < len(event) <= MAX_AUDIT_EVENT_CHARS:
+            return
+        if text_problems("event", event) or text_problems("data", data):
+            return
         origin = self._origin
-        custom = sum(1 for r in origin.rows if r.event.startswith("custom."))
-        if custom >= MAX_AUDIT_ROWS or not isinstance(event, str):
-            return
-        if not 0 < len(event) <= MAX_AUDIT_EVENT_CHARS or text_problems("event", event):
-            return
-        if text_problems("data", data):
-            return
-        try:
-            size = len(json.dumps(data, ensure_ascii=False, allow_nan=False).encode())
-        except (TypeError, ValueError, RecursionError):
-            return
-        if size > MAX_AUDIT_ROW_BYTES:
-            return
         origin.rows.append(origin.from_code().row(f"custom.{event}", data))
 
 
