@@ -30,6 +30,7 @@ export function toolForm(initial, { onChange } = {}) {
   const message = h("input", { type: "text", value: t.execution_message_description || "" });
   const timeout = h("input", { type: "number", min: 1, max: 30000, step: 1, value: String(t.timeout_ms || 5000) });
   const global = h("input", { type: "checkbox", checked: Boolean(t.enable_globally) });
+  const cases = h("textarea", { rows: 4, class: "mono", spellcheck: "false", text: JSON.stringify(t.test_cases || [], null, 2) });
 
   const codeError = h("p", { class: "field-error", id: "code-error", "aria-live": "polite" });
   const codeHost = h("div", { class: "editor" });
@@ -49,7 +50,7 @@ export function toolForm(initial, { onChange } = {}) {
       editor.value = pristineCode;
     }
   });
-  for (const el of [name, description, lang, parameters, message, timeout, global]) {
+  for (const el of [name, description, lang, parameters, message, timeout, global, cases]) {
     el.addEventListener(el.tagName === "SELECT" || el.type === "checkbox" ? "change" : "input", () => onChange && onChange());
   }
   const globalField = h("div", { class: "field check", "data-field": "enable_globally" }, h("label", {}, global, " Enable globally"), h("p", { class: "field-error" }));
@@ -65,12 +66,13 @@ export function toolForm(initial, { onChange } = {}) {
     field("Execution message", message, { name: "execution_message_description", hint: "shown while the tool runs" }),
     field("Timeout (ms)", timeout, { name: "timeout_ms" }),
     globalField,
+    field("Test cases", cases, { name: "test_cases", hint: "JSON list of {name, input, expect}; a new version runs them before it is stored" }),
   );
 
   return {
     element,
     editor,
-    controls: { name, description, lang, parameters, message, timeout, global },
+    controls: { name, description, lang, parameters, message, timeout, global, cases },
     // The create body (without workspace_id); LocalProblem when Parameters is not JSON.
     body() {
       let inputSchema;
@@ -92,6 +94,14 @@ export function toolForm(initial, { onChange } = {}) {
         enable_globally: global.checked,
         timeout_ms: Number(timeout.value),
       };
+      try {
+        out.test_cases = JSON.parse(cases.value || "[]");
+      } catch (err) {
+        throw new LocalProblem([{ field: "test_cases", message: `is not valid JSON: ${err.message}` }]);
+      }
+      if (!Array.isArray(out.test_cases)) {
+        throw new LocalProblem([{ field: "test_cases", message: "must be a JSON list" }]);
+      }
       if (!Number.isInteger(out.timeout_ms)) {
         throw new LocalProblem([{ field: "timeout_ms", message: "must be a whole number of milliseconds" }]);
       }
@@ -107,6 +117,7 @@ export function toolForm(initial, { onChange } = {}) {
       if (typeof draft.code === "string") editor.value = draft.code;
       if (draft.input_schema) parameters.value = JSON.stringify(draft.input_schema, null, 2);
       if (draft.execution_message_description !== undefined) message.value = draft.execution_message_description || "";
+      if (Array.isArray(draft.test_cases)) cases.value = JSON.stringify(draft.test_cases, null, 2);
     },
   };
 }

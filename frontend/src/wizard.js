@@ -43,13 +43,23 @@ async function* events(response) {
   }
 }
 
+// The service's progress events (docs/generate.md): attempt, problems, validated, example.
 function progressText(event, data) {
   const d = data && typeof data === "object" ? data : {};
-  if (event === "attempt") return `Attempt ${d.attempt ?? d.n ?? ""} asked of the model.`;
-  if (event === "validated") return "The proposal passed validation.";
-  if (event === "example") return `Example run: ${d.status ?? (d.result && d.result.status) ?? ""}`;
-  if (event === "error") return `Error: ${d.message ?? pretty(d)}`;
-  return event;
+  const n = (v) => (typeof v === "number" ? v : "?");
+  if (event === "attempt") return `Attempt ${n(d.attempt)} of ${n(d.max_attempts)}: asking the model…`;
+  if (event === "problems") {
+    const list = Array.isArray(d.problems) ? d.problems : [];
+    const text = list.map((p) => (p && typeof p.message === "string" ? p.message : pretty(p))).join("; ");
+    return `Attempt ${n(d.attempt)} had ${list.length} problem${list.length === 1 ? "" : "s"}: ${text}`;
+  }
+  if (event === "validated") return `Attempt ${n(d.attempt)} passed validation.`;
+  if (event === "example") {
+    const status = d.result && typeof d.result.status === "string" ? d.result.status : "?";
+    return `Example ${typeof d.index === "number" ? d.index + 1 : "?"}: ${status}${d.passed ? "" : ", not as expected"}`;
+  }
+  if (event === "error") return `Error: ${typeof d.message === "string" ? d.message : pretty(d)}`;
+  return String(event);
 }
 
 export function wizard({ language, workspaceId, onDraft }) {

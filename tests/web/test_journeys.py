@@ -263,3 +263,28 @@ def test_the_list_screenshot(tab: Page, live: Live) -> None:
     tab.sign_in()
     expect(row_of(page, "inventory-check").get_by_role("cell").nth(0)).to_contain_text("disabled")
     tab.shot("list.png")
+
+
+def test_test_cases_refuse_a_failing_save_and_run_on_demand(tab: Page, live: Live) -> None:
+    page = tab.page
+    tab.sign_in()
+    page.get_by_role("button", name="New tool").click()
+    page.get_by_label("Name").fill("cased-tool")
+    set_code(page, ORDER)
+    page.get_by_label("Parameters").fill(json.dumps(ORDER_SCHEMA))
+    case = {"name": "ships", "input": {"order_id": "A-1"}, "expect": {"message": "wrong"}}
+    page.get_by_label("Test cases").fill(json.dumps([case]))
+    page.get_by_role("button", name="Save").click()
+    report = page.get_by_role("list", name="Test case results")
+    expect(report).to_contain_text("failed: ships")
+    expect(report).to_contain_text("Order A-1 is shipped")
+    names = [t["name"] for t in live.http.get("/v1/custom-tools").json()["data"]]
+    assert "cased-tool" not in names
+
+    case["expect"] = {"message": "Order A-1 is shipped"}
+    page.get_by_label("Test cases").fill(json.dumps([case]))
+    page.get_by_role("button", name="Save").click()
+    expect(page.get_by_role("heading", name="Tool: cased-tool")).to_be_visible()
+    page.get_by_role("button", name="Run cases").click()
+    expect(page.get_by_text("Version 1: 1 passed, 0 failed")).to_be_visible()
+    expect(page.get_by_role("list", name="Test case results")).to_contain_text("passed: ships")
