@@ -19,6 +19,7 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
+from tests.model_server import ScriptedModel
 from toolkiln.api.app import create_app
 from toolkiln.app import Runtime, build
 from toolkiln.config import Settings
@@ -47,12 +48,36 @@ def backend(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
 
 
 @pytest.fixture(scope="session")
+def model_server() -> Iterator[ScriptedModel]:
+    """The scripted chat-completions endpoint every shared runtime generates tools with."""
+    with ScriptedModel() as server:
+        yield server
+
+
+# The key the shared runtimes send to the scripted model; tests check it leaks nowhere else.
+LLM_KEY = "sk-test-" + secrets.token_hex(12)
+LLM_TIMEOUT_S = 3.0
+
+
+@pytest.fixture(scope="session")
 def runtime(
-    backend: str, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+    backend: str,
+    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
+    model_server: ScriptedModel,
 ) -> Iterator[Runtime]:
     data_dir = tmp_path_factory.mktemp(f"data-{backend}")
     url = None if backend == "sqlite" else request.getfixturevalue("postgres_url")
-    rt = build(Settings(data_dir=data_dir, database_url=url))
+    rt = build(
+        Settings(
+            data_dir=data_dir,
+            database_url=url,
+            llm_base_url=model_server.url,
+            llm_model="scripted-model",
+            llm_api_key=LLM_KEY,
+            llm_timeout_s=LLM_TIMEOUT_S,
+        )
+    )
     yield rt
     rt.close()
 

@@ -16,6 +16,7 @@ from toolkiln.builtins.email import SendEmail, SmtpConfig
 from toolkiln.builtins.files import SurfaceFile
 from toolkiln.builtins.search import WebSearch, make_provider
 from toolkiln.config import Settings
+from toolkiln.llm.openai_chat import OpenAIChat
 from toolkiln.mcp_server.http import McpHttp
 from toolkiln.sandbox.js_runner import JavaScriptSandbox
 from toolkiln.sandbox.packages import JsPackageStore, PackageStore
@@ -26,9 +27,10 @@ from toolkiln.services.audit import AuditService
 from toolkiln.services.container import Services
 from toolkiln.services.dispatch import Builtins
 from toolkiln.services.files import FileService
+from toolkiln.services.generate import GenerateService
 from toolkiln.services.invoke import DraftRunner, InvokeService
 from toolkiln.services.outbox import OutboxService
-from toolkiln.services.ports import BuiltinTool, CodeRunner, UnitOfWorkFactory
+from toolkiln.services.ports import BuiltinTool, ChatModel, CodeRunner, UnitOfWorkFactory
 from toolkiln.services.router import Router
 from toolkiln.services.runs import Runs
 from toolkiln.services.system import SystemService
@@ -83,18 +85,39 @@ def build(settings: Settings, *, migrate: bool = True, sandbox: bool = True) -> 
     drafts = DraftRunner(router)  # test runs and test cases: uncounted runs of a definition
     tools = ToolService(uow, CaseRunner(drafts.run))
     invoke = InvokeService(uow, router, tools, drafts)
+    system = SystemService(database.ping, lambda: {n: r.describe() for n, r in runners.items()})
     services = Services(
         access=AccessService(uow),
         tools=tools,
         audit=AuditService(uow),
-        system=SystemService(database.ping, lambda: {n: r.describe() for n, r in runners.items()}),
+        system=system,
         invoke=invoke,
         router=router,
         files=files,
         outbox=OutboxService(uow),
         agents=AgentService(uow, invoke, router),
+        generate=GenerateService(
+            uow,
+            tools,
+            _chat_model(settings),
+            system.runtimes,
+            router.specs,
+            settings.llm_max_attempts,
+        ),
     )
     return Runtime(settings, database, services, sandboxes)
+
+
+def _chat_model(settings: Settings) -> ChatModel | None:
+    if not settings.llm_base_url or not settings.llm_model:
+        return None
+    key = settings.llm_api_key
+    return OpenAIChat(
+        settings.llm_base_url,
+        settings.llm_model,
+        key.get_secret_value() if key else None,
+        settings.llm_timeout_s,
+    )
 
 
 def _builtins(

@@ -34,6 +34,11 @@ class Settings(BaseSettings):
     search_url: str | None = None
     search_api_key: SecretStr | None = None
     file_signing_key: SecretStr | None = None
+    llm_base_url: str | None = None
+    llm_api_key: SecretStr | None = None
+    llm_model: str | None = None
+    llm_max_attempts: int = Field(3, ge=1, le=10)
+    llm_timeout_s: float = Field(60.0, gt=0, le=600)
 
     def resolved_database_url(self) -> str:
         if self.database_url:

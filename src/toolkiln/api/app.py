@@ -13,7 +13,7 @@ import toolkiln
 from toolkiln.api import errors
 from toolkiln.api.middleware import BodyLimit, Metrics
 from toolkiln.api.models import ErrorEnvelope
-from toolkiln.api.routes import access, agents, audit, builtins, invoke, system, tools
+from toolkiln.api.routes import access, agents, audit, builtins, generate, invoke, system, tools
 from toolkiln.domain.limits import MAX_BODY_BYTES
 from toolkiln.services.container import Services
 
@@ -32,7 +32,7 @@ def create_app(
     lifespan: Lifespan = _no_lifespan,
 ) -> FastAPI:
     error_responses: dict[int | str, dict[str, Any]] = {
-        code: {"model": ErrorEnvelope} for code in (400, 401, 403, 404, 409, 413, 422)
+        code: {"model": ErrorEnvelope} for code in (400, 401, 403, 404, 409, 413, 422, 502, 503)
     }
     app = FastAPI(
         title="Toolkiln",
@@ -45,8 +45,8 @@ def create_app(
     app.state.metrics_token = metrics_token
     app.state.registry = CollectorRegistry()
     errors.install(app)
-    # invoke before tools: its fixed paths (/runtimes, /test) must win over /{tool_id}.
-    for module in (system, access, invoke, tools, audit, builtins, agents):
+    # invoke and generate before tools: their fixed paths must win over /{tool_id}.
+    for module in (system, access, invoke, generate, tools, audit, builtins, agents):
         app.include_router(module.router)
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
     app.add_middleware(Metrics, registry=app.state.registry)

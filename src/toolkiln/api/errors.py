@@ -22,6 +22,7 @@ STATUS: list[tuple[type[errors.ToolkilnError], int]] = [
     (errors.Conflict, 409),
     (errors.PayloadTooLarge, 413),
     (errors.InvalidRequest, 422),
+    (errors.UpstreamFailed, 502),
     (errors.ServiceUnavailable, 503),
 ]
 

@@ -284,3 +284,34 @@ class TestRun(BaseModel):
     passed: int
     failed: int
     cases: list[CaseReport]
+
+
+class GenerateIn(Body):
+    workspace_id: str
+    description: str = Field(min_length=1, max_length=4000)
+    language: Literal["python", "javascript"] = "python"
+    name: str | None = Field(None, max_length=limits.MAX_NAME_CHARS)
+
+
+class Example(BaseModel):
+    input: dict[str, Any]
+    expected: dict[str, Any] | None = None
+    result: Result
+
+
+class Draft(BaseModel):
+    """A generated tool that passed validation and ran every example; nothing is saved."""
+
+    name: str
+    description: str
+    language: str
+    parameters: dict[str, Any] | None
+    input_schema: dict[str, Any]
+    code: str
+    execution_message_description: str | None
+    examples: list[Example]
+    test_cases: list[dict[str, Any]]
+    attempts: int
+    usage: dict[str, int] = Field(
+        description="requests, prompt_tokens, completion_tokens and sandbox_runs it took."
+    )

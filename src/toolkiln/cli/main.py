@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from toolkiln.app import Runtime, build, build_app
+from toolkiln.cli import generate
 from toolkiln.config import Settings
 from toolkiln.domain.errors import ToolkilnError
 from toolkiln.domain.ids import rfc3339
@@ -35,6 +36,8 @@ def _parser() -> argparse.ArgumentParser:
     mcp.add_argument(
         "--mode", choices=("direct", "code"), default="direct", help="code: one run_program tool"
     )
+
+    generate.add_parser(sub)
 
     ws = sub.add_parser("workspace", help="manage workspaces").add_subparsers(
         dest="action", required=True
@@ -89,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = _parser().parse_args(argv)
     settings = Settings()
-    runtime = build(settings, sandbox=args.command in ("serve", "mcp"))
+    runtime = build(settings, sandbox=args.command in ("serve", "mcp", "generate"))
     access = runtime.services.access
     try:
         if args.command == "serve":
@@ -98,6 +101,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from toolkiln.mcp_server.stdio import serve_stdio
 
             serve_stdio(runtime.services, args.agent, args.mode)
+        elif args.command == "generate":
+            generate.run(runtime.services, args)
         elif args.command == "migrate":
             print("database is at the newest migration")
         elif args.command == "workspace" and args.action == "create":

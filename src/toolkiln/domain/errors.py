@@ -93,3 +93,21 @@ class UpstreamFailed(ToolkilnError):
     """An outside service the operation needs (a model endpoint) failed or timed out."""
 
     code = "upstream_failed"
+
+
+class LlmUnavailable(UpstreamFailed):
+    """The model endpoint failed, answered nonsense, or did not answer in time."""
+
+    code = "llm_unavailable"
+
+
+class LlmNotConfigured(ServiceUnavailable):
+    """No model endpoint is configured, so nothing can be generated."""
+
+    code = "llm_not_configured"
+
+
+class GenerationFailed(InvalidRequest):
+    """Every proposal the model made had problems; ``details`` has the last ones."""
+
+    code = "generation_failed"

@@ -57,7 +57,7 @@ def check_test_cases(raw: Any, field: str = "test_cases") -> tuple[list[CaseSpec
             seen.add(name)
         if not isinstance(payload, dict):
             problems.append(problem(f"{where}.input", "must be an object (the tool's input)"))
-        problems += _expect_problems(f"{where}.expect", expect)
+        problems += check_expect(f"{where}.expect", expect)
         problems += text_problems(where, item)[:1]
         if json_depth(item) > 40:
             problems.append(problem(where, "is nested too deeply"))
@@ -66,7 +66,7 @@ def check_test_cases(raw: Any, field: str = "test_cases") -> tuple[list[CaseSpec
     return cases, problems
 
 
-def _expect_problems(where: str, expect: Any) -> list[Problem]:
+def check_expect(where: str, expect: Any) -> list[Problem]:
     if not isinstance(expect, dict):
         return [problem(where, f"must be a partial Result with keys from {list(EXPECT_KEYS)}")]
     out: list[Problem] = []

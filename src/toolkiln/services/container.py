@@ -8,6 +8,7 @@ from toolkiln.services.access import AccessService
 from toolkiln.services.agents import AgentService
 from toolkiln.services.audit import AuditService
 from toolkiln.services.files import FileService
+from toolkiln.services.generate import GenerateService
 from toolkiln.services.invoke import InvokeService
 from toolkiln.services.outbox import OutboxService
 from toolkiln.services.router import Router
@@ -26,3 +27,4 @@ class Services:
     files: FileService
     outbox: OutboxService
     agents: AgentService
+    generate: GenerateService

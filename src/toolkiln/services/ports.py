@@ -7,6 +7,7 @@ from typing import Any, Protocol
 
 from toolkiln.domain.builtin import BuiltinCall, BuiltinSpec
 from toolkiln.domain.execution import RunLink, RunOutcome, RunRequest
+from toolkiln.domain.generation import ChatReply
 from toolkiln.domain.records import (
     Agent,
     AuditFilter,
@@ -129,3 +130,18 @@ class BuiltinTool(Protocol):
     spec: BuiltinSpec
 
     def call(self, payload: dict[str, Any], call: BuiltinCall) -> dict[str, Any]: ...
+
+
+class ChatModel(Protocol):
+    """One OpenAI-compatible chat-completions endpoint. Every failure, timeout or answer
+    that is not a chat completion raises ``LlmUnavailable``."""
+
+    @property
+    def model(self) -> str: ...
+
+    def complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        tool_choice: dict[str, Any],
+    ) -> ChatReply: ...

@@ -1,0 +1,83 @@
+"""AI-assisted creation over HTTP (CONTRACT section 9), as JSON or as a server-sent event stream."""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import StreamingResponse
+
+from toolkiln.api import models
+from toolkiln.api.deps import Caller, Svc
+from toolkiln.domain.auth import Principal
+from toolkiln.domain.errors import ToolkilnError
+from toolkiln.services.container import Services
+from toolkiln.services.generate import GenerateRequest
+
+router = APIRouter(prefix="/v1/custom-tools", tags=["generation"])
+log = logging.getLogger("toolkiln.api")
+
+STREAM = "text/event-stream"
+
+
+class _Gone(Exception):
+    """The client of a stream went away: the generation stops at its next step."""
+
+
+@router.post(
+    "/generate",
+    response_model=models.One[models.Draft],
+    responses={200: {"content": {STREAM: {}}, "description": "The draft, or its progress."}},
+)
+def generate(body: models.GenerateIn, request: Request, who: Caller, svc: Svc) -> Any:
+    """With ``Accept: text/event-stream``: events attempt, validated, example, problems, then
+    draft or error."""
+    wanted = GenerateRequest(body.workspace_id, body.description, body.language, body.name)
+    if STREAM not in request.headers.get("accept", ""):
+        return {"data": svc.generate.generate(who, wanted)}
+    svc.generate.check(who, wanted)  # refusals before the stream are plain HTTP errors
+    return StreamingResponse(
+        _events(svc, who, wanted),
+        media_type=STREAM,
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
+
+
+def _sse(kind: str, data: Any) -> str:
+    return f"event: {kind}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+def _events(svc: Services, who: Principal, wanted: GenerateRequest) -> Iterator[str]:
+    """The generation runs in a thread of its own; its events are relayed as they come."""
+    out: queue.Queue[tuple[str, Any] | None] = queue.Queue()
+    gone = threading.Event()
+
+    def emit(kind: str, data: dict[str, Any]) -> None:
+        if gone.is_set():
+            raise _Gone
+        out.put((kind, data))
+
+    def work() -> None:
+        try:
+            out.put(("draft", svc.generate.generate(who, wanted, emit)))
+        except ToolkilnError as exc:
+            out.put(("error", {"code": exc.code, "message": exc.message, "details": exc.details}))
+        except _Gone:
+            pass
+        except Exception:
+            log.exception("generation failed")
+            out.put(("error", {"code": "internal_error", "message": "The service failed."}))
+        finally:
+            out.put(None)
+
+    threading.Thread(target=work, name="toolkiln-generate", daemon=True).start()
+    try:
+        while (item := out.get()) is not None:
+            yield _sse(*item)
+    finally:
+        gone.set()

@@ -1,0 +1,1 @@
+"""Clients of outside model endpoints; they implement ``services.ports.ChatModel``."""

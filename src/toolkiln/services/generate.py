@@ -1,0 +1,306 @@
+"""AI-assisted creation (CONTRACT section 9): ask a model for a tool, prove it, hand back a draft.
+
+The loop: ask with ``propose_tool`` required; read the first call's arguments; validate the
+definition exactly as a create would; run every example in the sandbox and compare it with
+its ``expected``; send every problem back as the answer to that call and ask again, up to
+the configured number of proposals. Nothing is saved but one audit row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from toolkiln.domain.auth import Principal
+from toolkiln.domain.builtin import BuiltinSpec
+from toolkiln.domain.errors import (
+    Conflict,
+    GenerationFailed,
+    InvalidRequest,
+    InvalidTool,
+    LlmNotConfigured,
+    NotFound,
+    ServiceUnavailable,
+    ToolkilnError,
+)
+from toolkiln.domain.generation import (
+    FUNCTION_NAME,
+    MAX_DESCRIPTION_CHARS,
+    ChatReply,
+    Proposal,
+    ToolCall,
+    case_of_example,
+    example_problems,
+    parse_proposal,
+    problems_message,
+    propose_tool_function,
+    system_prompt,
+    tool_choice,
+    user_prompt,
+)
+from toolkiln.domain.problems import Problem, nul_problems, problem
+from toolkiln.domain.records import AuditRow
+from toolkiln.domain.results import Result
+from toolkiln.domain.schema import schema_to_parameters
+from toolkiln.domain.tools import ToolDraft, check_name
+from toolkiln.services.ports import ChatModel, UnitOfWorkFactory
+from toolkiln.services.tools import ToolService
+
+Events = Callable[[str, dict[str, Any]], None]
+
+
+def _ignore(_kind: str, _data: dict[str, Any]) -> None:
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class GenerateRequest:
+    workspace_id: str
+    description: str
+    language: str = "python"
+    name: str | None = None
+
+
+@dataclass(slots=True)
+class Usage:
+    """What one generation cost."""
+
+    requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    sandbox_runs: int = 0
+
+    def add(self, reply: ChatReply) -> None:
+        self.requests += 1
+        self.prompt_tokens += reply.prompt_tokens
+        self.completion_tokens += reply.completion_tokens
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "requests": self.requests,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "sandbox_runs": self.sandbox_runs,
+        }
+
+
+@dataclass(slots=True)
+class _Run:
+    """One generation under way: who asks, what it cost, where progress goes."""
+
+    principal: Principal
+    request: GenerateRequest
+    on_event: Events
+    usage: Usage
+    attempts: int = 0
+    name: str | None = None
+
+
+class GenerateService:
+    def __init__(
+        self,
+        uow: UnitOfWorkFactory,
+        tools: ToolService,
+        model: ChatModel | None,
+        runtimes: Callable[[], dict[str, Any]],
+        builtins: Callable[[], list[BuiltinSpec]],
+        max_attempts: int = 3,
+    ) -> None:
+        self._uow = uow
+        self._tools = tools
+        self._model = model
+        self._runtimes = runtimes
+        self._builtins = builtins
+        self._max_attempts = max_attempts
+
+    def check(self, principal: Principal, request: GenerateRequest) -> None:
+        """Everything that can be refused before the model is asked (and a stream starts)."""
+        principal.require("write")
+        principal.require_workspace(request.workspace_id)
+        problems = _request_problems(request)
+        if problems:
+            raise InvalidRequest("The generation request breaks the rules.", problems)
+        with self._uow(readonly=True) as tx:
+            if tx.workspaces.get(request.workspace_id) is None:
+                raise NotFound("No workspace with that id.")
+            if request.name and tx.tools.name_taken(request.workspace_id, request.name):
+                raise Conflict(
+                    f"A tool named {request.name!r} exists in this workspace.",
+                    [{"field": "name", "message": "is taken in this workspace"}],
+                    code="name_taken",
+                )
+        if self._model is None:
+            raise LlmNotConfigured(
+                "No model endpoint is configured (TOOLKILN_LLM_BASE_URL, TOOLKILN_LLM_MODEL)."
+            )
+        runtime = self._runtimes().get(request.language) or {}
+        if not runtime.get("available"):
+            raise ServiceUnavailable(f"The {request.language} runtime is not available.")
+
+    def generate(
+        self, principal: Principal, request: GenerateRequest, on_event: Events = _ignore
+    ) -> dict[str, Any]:
+        """A draft that passed validation and ran every example, or GenerationFailed."""
+        self.check(principal, request)
+        run = _Run(principal, request, on_event, Usage())
+        outcome = "interrupted"
+        try:
+            draft = self._loop(run)
+            outcome = "draft"
+            return draft
+        except ToolkilnError as exc:
+            outcome = exc.code
+            raise
+        finally:
+            self._audit(run, outcome)
+
+    # -- the loop
+
+    def _loop(self, run: _Run) -> dict[str, Any]:
+        assert self._model is not None  # check() refused otherwise
+        language = run.request.language
+        with self._uow(readonly=True) as tx:
+            allowed = set(tx.workspaces.policy(run.request.workspace_id).builtins)
+        builtins = [b for b in self._builtins() if b.name in allowed]
+        runtime = self._runtimes()[language]
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": system_prompt(language, runtime, builtins)},
+            {
+                "role": "user",
+                "content": user_prompt(run.request.description, language, run.request.name),
+            },
+        ]
+        function = propose_tool_function(language)
+        problems: list[Problem] = []
+        for attempt in range(1, self._max_attempts + 1):
+            run.attempts = attempt
+            run.on_event("attempt", {"attempt": attempt, "max_attempts": self._max_attempts})
+            reply = self._model.complete(messages, [function], tool_choice())
+            run.usage.add(reply)
+            messages.append(reply.message)
+            call = next((c for c in reply.tool_calls if c.name == FUNCTION_NAME), None)
+            if call is None:
+                problems = [problem("reply", f"did not call {FUNCTION_NAME}; call it")]
+            else:
+                draft, problems = self._judge(run, call)
+                if draft is not None:
+                    return draft
+            answer = problems_message(problems, attempt, self._max_attempts)
+            # Every tool call must be answered before the conversation may go on.
+            for other in reply.tool_calls:
+                content = answer if other is call else f"Only the first {FUNCTION_NAME} is read."
+                messages.append({"role": "tool", "tool_call_id": other.id, "content": content})
+            if call is None:
+                messages.append({"role": "user", "content": answer})
+            run.on_event("problems", {"attempt": attempt, "problems": problems})
+        raise GenerationFailed(
+            f"No proposal passed in {self._max_attempts} attempts; details has the last problems.",
+            problems,
+        )
+
+    def _judge(self, run: _Run, call: ToolCall) -> tuple[dict[str, Any] | None, list[Problem]]:
+        request = run.request
+        proposal, problems = parse_proposal(call.arguments, request.language, request.name)
+        if proposal is None:
+            return None, problems
+        run.name = proposal.draft.name
+        try:
+            schema = self._tools.preflight(run.principal, request.workspace_id, proposal.draft)
+        except InvalidTool as exc:
+            return None, list(exc.details)
+        except Conflict:
+            taken = f"{proposal.draft.name!r} is taken in this workspace; choose another name"
+            return None, [problem("name", taken)]
+        run.on_event("validated", {"attempt": run.attempts, "name": proposal.draft.name})
+        results: list[Result] = []
+        for i, example in enumerate(proposal.examples):
+            result = self._tools.cases.run_one(
+                run.principal, request.workspace_id, proposal.draft, example["input"]
+            )
+            run.usage.sandbox_runs += 1
+            found = example_problems(i, example, result)
+            run.on_event(
+                "example",
+                {
+                    "attempt": run.attempts,
+                    "index": i,
+                    "input": example["input"],
+                    "result": result.as_dict(),
+                    "passed": not found,
+                    "problems": found,
+                },
+            )
+            problems += found
+            results.append(result)
+        if problems:
+            return None, problems
+        return _draft(proposal, schema, results, run), []
+
+    def _audit(self, run: _Run, outcome: str) -> None:
+        request = run.request
+        data = {
+            "token_id": run.principal.token_id,
+            "description": request.description[:500],
+            "language": request.language,
+            "requested_name": request.name,
+            "name": run.name,
+            "outcome": outcome,
+            "attempts": run.attempts,
+            "model": self._model.model if self._model else None,
+            "usage": run.usage.as_dict(),
+        }
+        with self._uow() as tx:
+            tx.audit.add(AuditRow(request.workspace_id, "tool.generated", data=data))
+
+
+def _draft(
+    proposal: Proposal, schema: dict[str, Any], results: list[Result], run: _Run
+) -> dict[str, Any]:
+    d = proposal.draft
+    return {
+        "name": d.name,
+        "description": d.description,
+        "language": d.language,
+        "parameters": schema_to_parameters(schema),
+        "input_schema": schema,
+        "code": d.code,
+        "execution_message_description": d.execution_message_description,
+        "examples": [
+            {**example, "result": result.as_dict()}
+            for example, result in zip(proposal.examples, results, strict=True)
+        ],
+        "test_cases": [
+            case_of_example(i, example, result)
+            for i, (example, result) in enumerate(zip(proposal.examples, results, strict=True))
+        ],
+        "attempts": run.attempts,
+        "usage": run.usage.as_dict(),
+    }
+
+
+def _request_problems(request: GenerateRequest) -> list[Problem]:
+    out: list[Problem] = []
+    if not request.description.strip():
+        out.append(problem("description", "must describe the tool"))
+    elif len(request.description) > MAX_DESCRIPTION_CHARS:
+        out.append(problem("description", f"at most {MAX_DESCRIPTION_CHARS} characters"))
+    out += nul_problems("description", request.description)
+    if request.language not in ("python", "javascript"):
+        out.append(problem("language", "must be 'python' or 'javascript'"))
+    if request.name is not None:
+        out += check_name(request.name)
+    return out
+
+
+def tool_draft_of(draft: dict[str, Any]) -> ToolDraft:
+    """A generated draft as the definition to create, its examples as its test cases."""
+    return ToolDraft(
+        name=draft["name"],
+        language=draft["language"],
+        code=draft["code"],
+        description=draft["description"],
+        input_schema=draft["input_schema"],
+        execution_message_description=draft["execution_message_description"],
+        test_cases=list(draft["test_cases"]),
+    )

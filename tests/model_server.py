@@ -1,0 +1,192 @@
+"""A scripted OpenAI-compatible chat-completions server on loopback, for tests.
+
+A real HTTP server in a thread: each POST to ``/v1/chat/completions`` takes the next step of
+the script and records the request (headers and JSON body). Steps:
+
+- ``propose(arguments)``: an assistant message calling ``propose_tool`` with these arguments
+  (a dict is sent as its JSON text, a string as it is, so malformed JSON can be sent);
+- ``text(content)``: an assistant message with no tool call;
+- ``fail(status)``: an HTTP error with an OpenAI-style error body;
+- ``hang()``: accept the request and answer nothing until ``release()`` (or ``close()``).
+
+When the script runs out the server answers 500 ``script exhausted``, so a test sees any
+request it did not plan for. Usage::
+
+    with ScriptedModel() as model:
+        model.script(propose({...}), propose({...}))
+        ... point TOOLKILN_LLM_BASE_URL at model.url ...
+        assert len(model.requests) == 2
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+HANG_LIMIT_S = 60.0  # a hung handler gives up at last, so no thread outlives a test run
+
+
+@dataclass(frozen=True)
+class Step:
+    kind: str
+    arguments: str = ""
+    content: str | None = None
+    status: int = 200
+    extra_calls: tuple[str, ...] = ()
+
+
+def propose(arguments: dict[str, Any] | str, *also: str) -> Step:
+    """``also`` names more functions the reply calls after ``propose_tool`` (to see them answered)."""
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return Step("propose", arguments=text, extra_calls=also)
+
+
+def text(content: str) -> Step:
+    return Step("text", content=content)
+
+
+def fail(status: int = 500) -> Step:
+    return Step("fail", status=status)
+
+
+def hang() -> Step:
+    return Step("hang")
+
+
+@dataclass
+class Recorded:
+    path: str
+    headers: dict[str, str]  # names in lower case
+    body: dict[str, Any]
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        return list(self.body.get("messages", []))
+
+
+@dataclass
+class _State:
+    steps: deque[Step] = field(default_factory=deque)
+    requests: list[Recorded] = field(default_factory=list)
+    released: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    hanging: threading.Event = field(default_factory=threading.Event)
+
+
+class ScriptedModel:
+    def __init__(self) -> None:
+        self._state = _State()
+        handler = type("Handler", (_Handler,), {"state": self._state})
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        """The base URL, as ``TOOLKILN_LLM_BASE_URL`` takes it."""
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    @property
+    def requests(self) -> list[Recorded]:
+        with self._state.lock:
+            return list(self._state.requests)
+
+    def script(self, *steps: Step) -> None:
+        """Replace the script and forget earlier requests; a hung request is let go."""
+        self.release()
+        with self._state.lock:
+            self._state.steps = deque(steps)
+            self._state.requests.clear()
+            self._state.released = threading.Event()
+            self._state.hanging = threading.Event()
+
+    def wait_hanging(self, timeout: float = 30.0) -> bool:
+        """True once a request is being held by ``hang()``."""
+        return self._state.hanging.wait(timeout)
+
+    def release(self) -> None:
+        self._state.released.set()
+
+    def close(self) -> None:
+        self.release()
+        self._server.shutdown()
+        self._server.server_close()
+
+    def __enter__(self) -> ScriptedModel:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    state: _State
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: Any) -> None:
+        return None
+
+    def _send(self, status: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_POST(self) -> None:
+        raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        body = json.loads(raw or b"{}")
+        with self.state.lock:
+            self.state.requests.append(
+                Recorded(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+            )
+            n = len(self.state.requests)
+            step = self.state.steps.popleft() if self.state.steps else None
+            released, hanging = self.state.released, self.state.hanging
+        if not self.path.endswith("/chat/completions"):
+            self._send(404, {"error": {"message": "not found", "type": "invalid_request_error"}})
+        elif step is None:
+            self._send(500, {"error": {"message": "script exhausted", "type": "server_error"}})
+        elif step.kind == "hang":
+            hanging.set()
+            released.wait(HANG_LIMIT_S)
+        elif step.kind == "fail":
+            self._send(
+                step.status, {"error": {"message": "scripted failure", "type": "server_error"}}
+            )
+        else:
+            self._send(200, _completion(n, body.get("model", ""), step))
+
+
+def _completion(n: int, model: str, step: Step) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": step.content}
+    if step.kind == "propose":
+        names = ("propose_tool", *step.extra_calls)
+        message["tool_calls"] = [
+            {
+                "id": f"call_{n}_{i}",
+                "type": "function",
+                "function": {"name": name, "arguments": step.arguments if i == 0 else "{}"},
+            }
+            for i, name in enumerate(names)
+        ]
+    return {
+        "id": f"chatcmpl-{n}",
+        "object": "chat.completion",
+        "created": 0,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": "tool_calls" if step.kind == "propose" else "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 1000 + n, "completion_tokens": 200, "total_tokens": 1200 + n},
+    }
