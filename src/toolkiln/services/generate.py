@@ -39,7 +39,7 @@ from toolkiln.domain.generation import (
     tool_choice,
     user_prompt,
 )
-from toolkiln.domain.problems import Problem, nul_problems, problem
+from toolkiln.domain.problems import Problem, problem, text_problems
 from toolkiln.domain.records import AuditRow
 from toolkiln.domain.results import Result
 from toolkiln.domain.schema import schema_to_parameters
@@ -285,7 +285,7 @@ def _request_problems(request: GenerateRequest) -> list[Problem]:
         out.append(problem("description", "must describe the tool"))
     elif len(request.description) > MAX_DESCRIPTION_CHARS:
         out.append(problem("description", f"at most {MAX_DESCRIPTION_CHARS} characters"))
-    out += nul_problems("description", request.description)
+    out += text_problems("description", request.description)
     if request.language not in ("python", "javascript"):
         out.append(problem("language", "must be 'python' or 'javascript'"))
     if request.name is not None:
