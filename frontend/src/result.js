@@ -70,6 +70,20 @@ export function interactiveView(ui) {
   return h("div", { class: "interactive" }, parts);
 }
 
+// What the code printed: text, whatever it looks like.
+function logsView(logs) {
+  const l = logs && typeof logs === "object" ? logs : {};
+  const out = typeof l.stdout === "string" ? l.stdout : "";
+  const err = typeof l.stderr === "string" ? l.stderr : "";
+  if (!out && !err) return h("p", { "data-testid": "result-logs", text: "none" });
+  return h(
+    "div",
+    { "data-testid": "result-logs" },
+    out ? [h("p", { class: "hint", text: "stdout" }), h("pre", { class: "wrap", text: out })] : null,
+    err ? [h("p", { class: "hint", text: "stderr" }), h("pre", { class: "wrap", text: err })] : null,
+  );
+}
+
 export function resultView(result) {
   const r = result || {};
   const rows = [
@@ -84,6 +98,7 @@ export function resultView(result) {
     ["LLM", h("pre", { class: "wrap", text: r.llm ?? "" })],
     ["Render", renderView(r.render)],
     ["Interactive", interactiveView(r.interactive)],
+    ["Logs", logsView(r.logs)],
     ["Duration", `${r.duration_ms ?? "?"} ms`],
     ["ctx calls", String(r.ctx_calls ?? 0)],
   );

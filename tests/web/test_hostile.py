@@ -1,7 +1,7 @@
 """Everything a tool or another user controls is shown, never run (CONTRACT section 10).
 
 Script is planted in each place the view shows: a tool's description and last_error, the
-Result's message, raw data, llm text, every kind of _render (markdown with raw HTML and
+Result's message, raw data, llm text, logs (stdout and stderr), every kind of _render (markdown with raw HTML and
 javascript: links, tables, images, file links) and _interactive labels. The checks look at
 the DOM itself (no planted element, handler or link exists), not only at whether the CSP
 happened to block it, and then at the CSP too.
@@ -22,6 +22,9 @@ X = {X!r}
 LABEL = {LABEL!r}
 
 def main(**params):
+    import sys
+    print(X)
+    print(LABEL, file=sys.stderr)
     kind = params.get("kind", "markdown")
     out = {{"message": X, "rawData": {{"html": X}}, "_llm": X}}
     if kind == "markdown":
@@ -117,6 +120,9 @@ def test_every_part_of_a_result_is_shown_and_never_run(
     run(tab, kind)
     result = page.locator("dl.result")
     expect(result).to_contain_text(X)  # message and raw data, as text
+    if kind != "raise":  # a raised error's logs are the runtime's concern
+        expect(page.get_by_test_id("result-logs")).to_contain_text(X)
+        expect(page.get_by_test_id("result-logs")).to_contain_text(LABEL)
     assert page.evaluate(NOTHING_RAN) == []
     if kind == "markdown":
         md = result.locator(".markdown")

@@ -288,3 +288,35 @@ def test_test_cases_refuse_a_failing_save_and_run_on_demand(tab: Page, live: Liv
     page.get_by_role("button", name="Run cases").click()
     expect(page.get_by_text("Version 1: 1 passed, 0 failed")).to_be_visible()
     expect(page.get_by_role("list", name="Test case results")).to_contain_text("passed: ships")
+
+
+def focused_name(page: Any) -> str:
+    return str(
+        page.evaluate(
+            "() => { const e = document.activeElement; return e.getAttribute('aria-label')"
+            " || (e.labels && e.labels[0] && e.labels[0].textContent) || e.textContent || ''; }"
+        )
+    ).strip()
+
+
+def test_the_keyboard_alone_signs_in_opens_a_new_tool_and_leaves_the_editor(
+    tab: Page, live: Live
+) -> None:
+    page = tab.page
+    page.goto(f"{live.url}/ui")
+    expect(page.get_by_label("Token")).to_be_focused()
+    page.keyboard.type(TOKEN)
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("button", name="New tool")).to_be_visible()
+    for _ in range(15):
+        if focused_name(page) == "New tool":
+            break
+        page.keyboard.press("Tab")
+    assert focused_name(page) == "New tool"
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("heading", name="New tool")).to_be_visible()
+    # Tab indents inside the editor; Escape then Tab moves on (no keyboard trap).
+    page.get_by_role("textbox", name="Code").focus()
+    page.keyboard.press("Escape")
+    page.keyboard.press("Tab")
+    expect(page.get_by_label("Parameters")).to_be_focused()
