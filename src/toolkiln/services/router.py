@@ -21,6 +21,7 @@ from toolkiln.domain.code_check import check_code, entrypoint_of
 from toolkiln.domain.codemode import PROGRAM_TIMEOUT_MS, RUN_PROGRAM, RUN_PROGRAM_SCHEMA
 from toolkiln.domain.ids import new_id
 from toolkiln.domain.origin import Offer, Origin
+from toolkiln.domain.problems import problem
 from toolkiln.domain.records import Policy
 from toolkiln.domain.results import Result, error, refused
 from toolkiln.domain.schema import compile_validator, input_problems
@@ -166,27 +167,7 @@ class Router:
             return refused(origin.call_id, None, None, err)
         timeout_ms = int(payload.get("timeout_ms") or PROGRAM_TIMEOUT_MS)
         origin.budget.narrow(timeout_ms)
-        language, source = payload["language"], payload["code"]
-        problems = check_code(language, source)
-        if problems or entrypoint_of(language, source) != "handle":
-            first = (
-                problems[0]
-                if problems
-                else {"message": "The program must define handle(input, ctx)."}
-            )
-            details = {
-                "type": "SyntaxError",
-                "message": first["message"],
-                "line": first.get("line"),
-            }
-            result = refused(
-                origin.call_id, None, None, error("runtime_error", first["message"], details)
-            )
-        else:
-            code = Code(language, source, "handle", timeout_ms)
-            result = Runs.shape(
-                origin, code, None, self._runs.run(origin, code, {}, self.from_code)
-            )
+        result = self._source(origin, payload, timeout_ms, {}, only="handle")
         self._runs.record_run(origin, result, RUN_PROGRAM, kind="program")
         return result
 
@@ -197,8 +178,20 @@ class Router:
         run = origin.nested(new_id()) if nested else origin
         if run.parent_call_id is None:
             run.budget.narrow(RUN_CODE_TIMEOUT_MS)
+        result = self._source(run, payload, RUN_CODE_TIMEOUT_MS, payload.get("input", {}))
+        self._runs.record_run(run, result, RUN_CODE_SPEC.name)
+        return "run_code", result
+
+    def _source(
+        self, run: Origin, payload: Any, timeout_ms: int, given: Any, only: str | None = None
+    ) -> Result:
+        """Run code given as source (``run_code``, ``run_program``). A problem found before
+        it runs is the code's ``runtime_error`` with its line, as a tool's would be."""
         language, source = payload["language"], payload["code"]
         problems = check_code(language, source)
+        entry = "" if problems else entrypoint_of(language, source)
+        if only is not None and not problems and entry != only:
+            problems = [problem("code", f"The program must define {only}(input, ctx).")]
         if problems:
             first = problems[0]
             details = {
@@ -206,15 +199,10 @@ class Router:
                 "message": first["message"],
                 "line": first.get("line"),
             }
-            result = refused(
-                run.call_id, None, None, error("runtime_error", first["message"], details)
-            )
-        else:
-            code = Code(language, source, entrypoint_of(language, source), RUN_CODE_TIMEOUT_MS)
-            outcome = self._runs.run(run, code, payload.get("input", {}), self.from_code)
-            result = Runs.shape(run, code, None, outcome)
-        self._runs.record_run(run, result, RUN_CODE_SPEC.name)
-        return "run_code", result
+            err = error("runtime_error", first["message"], details)
+            return refused(run.call_id, None, None, err)
+        code = Code(language, source, entry, timeout_ms)
+        return Runs.shape(run, code, None, self._runs.run(run, code, given, self.from_code))
 
     def _custom(self, origin: Origin, name: str, offer: Offer | None) -> Tool | None:
         """The custom tool ``name`` means to this caller: its name (or the name with ``_``
