@@ -13,6 +13,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,12 +63,12 @@ class Live:
         return self.http.get(f"/v1/custom-tools/{tool_id}")
 
 
-@pytest.fixture(scope="module")
-def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+@contextmanager
+def serve(data_dir: Path, **settings: Any) -> Iterator[Live]:
+    """A live service on a loopback port with the admin token TOKEN."""
     if not BUNDLE.is_file():
         pytest.fail("The view's bundle is not built: run `make install` (npm ci + esbuild).")
-    data_dir = tmp_path_factory.mktemp("view")
-    rt = build(Settings(data_dir=data_dir, sandbox_warm=2, sandbox_js_workers=1))
+    rt = build(Settings(data_dir=data_dir, sandbox_warm=2, sandbox_js_workers=1, **settings))
     rt.services.access.bootstrap(TOKEN)
     port = free_port()
     server = uvicorn.Server(
@@ -89,6 +90,12 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         server.should_exit = True
         thread.join(10)
         rt.close()
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+    with serve(tmp_path_factory.mktemp("view")) as service:
+        yield service
 
 
 @pytest.fixture(scope="session")
