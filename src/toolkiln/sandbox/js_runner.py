@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import select
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -55,11 +56,16 @@ class JavaScriptSandbox(PythonSandbox):
 
     packages: JsPackageStore
 
+    def prepare(self, code: str) -> None:
+        """Start installing the listed packages ``code`` imports (see PythonSandbox)."""
+        self.packages.prepare(_prepared(code)[1])
+
     def run(self, req: RunRequest, link: RunLink) -> RunOutcome:
-        """Listed packages the code imports are installed (by the host) before it runs."""
+        """Listed packages the code imports are installed (by the host) before it runs; the
+        call waits for them at most until its deadline."""
         code, names = _prepared(req.code)
         listed = [n for n in names if n in JS_PACKAGES]
-        problems = self.packages.install(listed)
+        problems = self.packages.ensure(listed, time.monotonic() + req.timeout_ms / 1000)
         if problems:
             return RunOutcome("infra", message="; ".join(problems))
         modules = {

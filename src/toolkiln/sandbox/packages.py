@@ -1,17 +1,32 @@
-"""The curated third-party packages tools may import, installed by the host on first use.
+"""The curated third-party packages tools may import, installed by the host, never by a tool.
 
-A package is installed (never by the tool) into ``<data dir>/packages/python``, which every
-sandbox sees read-only at ``/pkgs``.
+Python packages live in ``<data dir>/packages/python`` and JavaScript packages in
+``<data dir>/packages/javascript``; sandboxes see them read-only at ``/pkgs``.
+
+Who decides (docs/security.md, "Packages"): the host reads the tool's code (every
+``import``, anywhere in it, and ``importlib.import_module``/``__import__``/``require``
+with a literal name) and installs the listed packages it names: ahead of time when the code
+is seen (``prepare``), or before the first call that needs them, which waits at most until
+its own deadline. Nothing a sandboxed process reports changes what is installed or how
+often a tool runs. Each distribution has a lock of its own, so one install never holds
+up a call that does not need that package.
 """
 
 from __future__ import annotations
 
+import ast
+import functools
 import logging
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
+import time
+from collections.abc import Iterable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 
 log = logging.getLogger("toolkiln.sandbox")
@@ -29,13 +44,64 @@ PYTHON_PACKAGES: dict[str, list[str]] = {
     "numpy": ["numpy==2.3.5"],
 }
 
+# name -> (pinned version, its single-file UMD build inside the package)
+JS_PACKAGES: dict[str, tuple[str, str]] = {
+    "lodash": ("4.17.21", "lodash.js"),
+    "dayjs": ("1.11.13", "dayjs.min.js"),
+    "zod": ("3.23.8", "lib/index.umd.js"),
+}
+
+INSTALL_TIMEOUT_S = 600
+RETRY_AFTER_FAILURE_S = 30.0  # a failed install is not retried by every call
+
+
+@functools.lru_cache(maxsize=1024)
+def python_imports(code: str) -> tuple[str, ...]:
+    """Top-level module names the code imports anywhere: ``import``/``from`` statements at
+    any depth (inside functions, branches, ``try``), and ``importlib.import_module`` or
+    ``__import__`` with a literal name. Code that does not parse imports nothing."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError):
+        return ()
+    names: list[str] = []
+    for node in ast.walk(tree):
+        found: list[str] = []
+        if isinstance(node, ast.Import):
+            found = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found = [node.module]
+        elif isinstance(node, ast.Call) and node.args and _is_import_call(node.func):
+            first = node.args[0]
+            if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                found = [first.value]
+        for name in found:
+            top = name.split(".")[0]
+            if top and top not in names:
+                names.append(top)
+    return tuple(names)
+
+
+def _is_import_call(func: ast.expr) -> bool:
+    if isinstance(func, ast.Name):
+        return func.id in {"__import__", "import_module"}
+    return isinstance(func, ast.Attribute) and func.attr == "import_module"
+
 
 class PackageStore:
+    """The curated Python packages: which a tool needs, and installing them off the call path."""
+
+    listed: tuple[str, ...] = tuple(PYTHON_PACKAGES)
+
     def __init__(self, root: Path) -> None:
         self.root = root
         self.root.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
+        self._guard = threading.Lock()  # held only for bookkeeping, never during an install
+        self._jobs: dict[str, Future[str | None]] = {}
+        self._failed: dict[str, tuple[float, str]] = {}
         _readable(self.root)
+
+    # --- what the runtimes call
 
     def listing(self) -> list[dict[str, str]]:
         seen: dict[str, str] = {}
@@ -47,26 +113,123 @@ class PackageStore:
             {"name": n, "version": v} for n, v in sorted(seen.items(), key=lambda kv: kv[0].lower())
         ]
 
-    def install(self, import_names: list[str]) -> list[str]:
-        """Install what the names need; returns the problems (empty when all went well)."""
-        wanted = sorted(
+    def specs(self, import_names: Iterable[str]) -> list[str]:
+        """The pinned distributions the listed names among ``import_names`` need."""
+        return sorted(
             {spec for n in import_names if n in PYTHON_PACKAGES for spec in PYTHON_PACKAGES[n]}
         )
-        if not wanted:
-            return []
-        with self._lock:
-            cmd = [
-                sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                "--no-deps", "--only-binary=:all:", "--upgrade",
-                "--target", str(self.root), *wanted,
-            ]  # fmt: skip
-            log.info("installing sandbox packages: %s", " ".join(wanted))
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
-            _readable(self.root)
+
+    def prepare(self, import_names: Iterable[str]) -> list[Future[str | None]]:
+        """Start installing (in the background) whatever listed package is missing."""
+        futures = []
+        for spec in self.specs(import_names):
+            if self.installed(spec):
+                continue
+            with self._guard:
+                job = self._jobs.get(spec)
+                failed = self._failed.get(spec)
+                if job is None and failed is not None and time.monotonic() < failed[0]:
+                    job = Future()
+                    job.set_result(failed[1])
+                elif job is None:
+                    job = Future()
+                    self._jobs[spec] = job
+                    # A daemon thread per distribution: an install never delays shutdown.
+                    threading.Thread(
+                        target=self._run_job, args=(spec, job), name="package-install", daemon=True
+                    ).start()
+            futures.append(job)
+        return futures
+
+    def ensure(self, import_names: Iterable[str], deadline: float | None = None) -> list[str]:
+        """Wait (at most until ``deadline``, a ``time.monotonic()`` value) for the listed
+        packages the names need; returns the problems (empty when all are there)."""
+        problems = []
+        for job in self.prepare(import_names):
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                problem = job.result(timeout=left)
+            except FutureTimeout:
+                problem = "a listed package this tool imports is still being installed"
+            if problem and problem not in problems:
+                problems.append(problem)
+        return problems
+
+    def install(self, import_names: Iterable[str]) -> list[str]:
+        """Install now and wait: for operators and tests."""
+        return self.ensure(import_names)
+
+    def prefetch(self) -> None:
+        """Start installing every listed package that is missing (e.g. at start-up)."""
+        self.prepare(self.listed)
+
+    def installed(self, spec: str) -> bool:
+        name, _, version = spec.partition("==")
+        wanted = f"{_canonical(name)}-{version}.dist-info"
+        try:
+            return any(_canonical(e) == _canonical(wanted) for e in os.listdir(self.root))
+        except OSError:
+            return False
+
+    # --- one distribution at a time per distribution (its job is its lock)
+
+    def _run_job(self, spec: str, job: Future[str | None]) -> None:
+        try:
+            job.set_result(self._install(spec))
+        except Exception as exc:  # an install that breaks must still answer its waiters
+            log.exception("package install of %s broke", spec)
+            job.set_result(f"installing {spec} failed: {exc}")
+
+    def _install(self, spec: str) -> str | None:
+        try:
+            if self.installed(spec):
+                return None
+            with tempfile.TemporaryDirectory(prefix=".staging-", dir=self.root) as staging:
+                problem = self._fetch(spec, Path(staging))
+                if problem is None:
+                    _readable(Path(staging))
+                    self._move_in(Path(staging))
+            if problem is not None:
+                log.error("package install failed: %s", problem)
+                with self._guard:
+                    self._failed[spec] = (time.monotonic() + RETRY_AFTER_FAILURE_S, problem)
+            return problem
+        finally:
+            with self._guard:
+                self._jobs.pop(spec, None)
+
+    def _fetch(self, spec: str, staging: Path) -> str | None:
+        cmd = [
+            sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+            "--no-deps", "--only-binary=:all:", "--no-compile", "--target", str(staging), spec,
+        ]  # fmt: skip
+        log.info("installing sandbox package %s", spec)
+        try:
+            done = subprocess.run(
+                cmd, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, check=False
+            )
+        except subprocess.TimeoutExpired:
+            return f"pip did not finish installing {spec} in {INSTALL_TIMEOUT_S} s"
         if done.returncode != 0:
-            log.error("package install failed: %s", done.stderr[-2000:])
-            return [f"pip failed installing {' '.join(wanted)}: {done.stderr.strip()[-500:]}"]
-        return []
+            return f"pip failed installing {spec}: {done.stderr.strip()[-500:]}"
+        return None
+
+    def _move_in(self, staging: Path) -> None:
+        """Each top-level entry replaces its old copy with one rename. Distributions own
+        disjoint entries and one job at a time installs each, so no lock is needed."""
+        for entry in sorted(staging.iterdir()):
+            if entry.name == "bin":
+                continue
+            target = self.root / entry.name
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target)
+            elif target.exists():
+                target.unlink()
+            entry.rename(target)
+
+
+def _canonical(name: str) -> str:
+    return name.lower().replace("-", "_").replace(".", "_")
 
 
 def _readable(root: Path) -> None:
@@ -80,46 +243,49 @@ def _readable(root: Path) -> None:
             path.chmod(wanted)
 
 
-# name -> (pinned version, its single-file UMD build inside the package)
-JS_PACKAGES: dict[str, tuple[str, str]] = {
-    "lodash": ("4.17.21", "lodash.js"),
-    "dayjs": ("1.11.13", "dayjs.min.js"),
-    "zod": ("3.23.8", "lib/index.umd.js"),
-}
-
-
 class JsPackageStore(PackageStore):
     """The curated JavaScript packages, installed by the host with npm (scripts disabled)
     into ``<data dir>/packages/javascript``, which JavaScript workers see read-only."""
 
+    listed = tuple(JS_PACKAGES)
+
     def listing(self) -> list[dict[str, str]]:
         return [{"name": n, "version": v} for n, (v, _) in sorted(JS_PACKAGES.items())]
 
-    def installed(self, name: str) -> bool:
-        entry = JS_PACKAGES[name][1]
-        return (self.root / "node_modules" / name / entry).is_file()
+    def specs(self, import_names: Iterable[str]) -> list[str]:
+        return sorted({n for n in import_names if n in JS_PACKAGES})
 
-    def install(self, import_names: list[str]) -> list[str]:
-        wanted = sorted(
-            f"{n}@{JS_PACKAGES[n][0]}"
-            for n in import_names
-            if n in JS_PACKAGES and not self.installed(n)
-        )
-        if not wanted:
-            return []
+    def installed(self, spec: str) -> bool:
+        return (self.root / "node_modules" / spec / JS_PACKAGES[spec][1]).is_file()
+
+    def _fetch(self, spec: str, staging: Path) -> str | None:
         npm = shutil.which("npm")
         if npm is None:
-            return ["npm is not installed on the host"]
-        with self._lock:
-            cmd = [npm, "install", "--prefix", str(self.root), "--no-audit", "--no-fund",
-                   "--ignore-scripts", "--omit=dev", "--no-save", *wanted]  # fmt: skip
-            log.info("installing JavaScript packages: %s", " ".join(wanted))
-            env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLKILN_")}
+            return "npm is not installed on the host"
+        pinned = f"{spec}@{JS_PACKAGES[spec][0]}"
+        cmd = [npm, "install", "--prefix", str(staging), "--no-audit", "--no-fund",
+               "--ignore-scripts", "--omit=dev", "--no-save", pinned]  # fmt: skip
+        log.info("installing JavaScript package %s", pinned)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLKILN_")}
+        try:
             done = subprocess.run(
-                cmd, capture_output=True, text=True, timeout=600, check=False, env=env
+                cmd, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, check=False, env=env
             )
-            _readable(self.root)
+        except subprocess.TimeoutExpired:
+            return f"npm did not finish installing {pinned} in {INSTALL_TIMEOUT_S} s"
         if done.returncode != 0:
-            log.error("npm install failed: %s", done.stderr[-2000:])
-            return [f"npm failed installing {' '.join(wanted)}: {done.stderr.strip()[-500:]}"]
-        return []
+            return f"npm failed installing {pinned}: {done.stderr.strip()[-500:]}"
+        return None
+
+    def _move_in(self, staging: Path) -> None:
+        """Only the package itself moves in (its UMD build has no dependencies)."""
+        modules = self.root / "node_modules"
+        modules.mkdir(exist_ok=True)
+        _readable(modules)
+        for package in (staging / "node_modules").iterdir():
+            if package.name not in JS_PACKAGES:
+                continue
+            target = modules / package.name
+            if target.exists():
+                shutil.rmtree(target)
+            package.rename(target)

@@ -18,7 +18,7 @@ from typing import Any
 from toolkiln.domain.execution import RunLink, RunOutcome, RunRequest
 from toolkiln.sandbox.cgroups import Cgroups
 from toolkiln.sandbox.jail import protocol
-from toolkiln.sandbox.packages import PYTHON_PACKAGES, PackageStore
+from toolkiln.sandbox.packages import PYTHON_PACKAGES, PackageStore, python_imports
 from toolkiln.sandbox.pool import SandboxUnavailable, Template, WarmChild
 from toolkiln.sandbox.session import Session
 from toolkiln.sandbox.shares import JoinFailed, Membership, enter
@@ -196,16 +196,19 @@ class PythonSandbox:
             "dependencies": self.packages.listing(),
         }
 
+    def prepare(self, code: str) -> None:
+        """Start installing, in the background, the listed packages ``code`` imports: call it
+        when code is saved, so its first call finds them there."""
+        self.packages.prepare(python_imports(code))
+
     def run(self, req: RunRequest, link: RunLink) -> RunOutcome:
-        outcome = self._run_once(req, link)
-        needed = [n for n in outcome.details.pop("needed_packages", ()) if n in PYTHON_PACKAGES]
-        if needed and outcome.details.pop("failed_on_load", False):
-            problems = self.packages.install(needed)
-            if problems:
-                outcome.details["install_problems"] = problems
-                return outcome
-            return self._run_once(req, link)
-        return outcome
+        """The host decides from the code which listed packages it needs; a call waits for
+        their install at most until its own deadline, then runs with its full time."""
+        deadline = time.monotonic() + req.timeout_ms / 1000
+        problems = self.packages.ensure(python_imports(req.code), deadline)
+        if problems:
+            return RunOutcome("infra", message="; ".join(problems))
+        return self._run_once(req, link)
 
     def _run_once(
         self,

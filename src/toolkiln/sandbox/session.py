@@ -72,9 +72,6 @@ class Session:
 
     def _outcome(self, report: protocol.Report) -> RunOutcome:
         out = RunOutcome("garbled", stdout=report.stdout, stderr=self._stderr(report.stderr))
-        if report.needed:
-            out.details["needed_packages"] = report.needed
-            out.details["failed_on_load"] = report.phase == "load"
         if report.kind == "return" and report.repaired:
             out.kind = "unserializable"
             out.message = "It holds text that is not valid Unicode (a lone surrogate)."

@@ -216,7 +216,6 @@ class Report:
     column: int | None = None
     stdout: str = ""
     stderr: str = ""
-    needed: list[str] | None = None
     phase: str | None = None
     repaired: bool = False  # the returned value held text that is not valid Unicode
 
@@ -252,7 +251,6 @@ def parse(
     kind = frame.get("kind")
     if kind not in REPORT_KINDS:
         raise FrameError("garbage", "a result of unknown kind")
-    needed = frame.get("needed_packages")
     return Report(
         str(kind),
         value=frame.get("value"),
@@ -262,7 +260,6 @@ def parse(
         column=_int(frame.get("column")),
         stdout=_text(frame.get("stdout"), caps.log_bytes + 100),
         stderr=_text(frame.get("stderr"), caps.log_bytes + 100),
-        needed=[n for n in needed if isinstance(n, str)][:32] if isinstance(needed, list) else None,
         phase=_text(frame.get("phase"), 16) or None,
         repaired="value" in repaired or "*" in repaired,
     )

@@ -64,21 +64,21 @@ class CappedText(io.TextIOBase):
 
 
 class PackageFinder(importlib.abc.MetaPathFinder):
-    """Last on sys.meta_path: explains refused imports and notes curated ones to install."""
+    """Last on sys.meta_path: explains refused imports. It reports nothing to the host: the
+    host alone decides, from the code, what to install (sandbox/packages.py)."""
 
     def __init__(self, curated: dict) -> None:
         self.curated = curated
-        self.needed: list[str] = []
 
     def find_spec(self, name, path=None, target=None):
         if path is not None:
             return None  # a submodule: its package's own finder reports what is missing
         top = name
         if top in self.curated:
-            if top not in self.needed:
-                self.needed.append(top)
             raise ModuleNotFoundError(
-                f"No module named '{top}' yet: Toolkiln is installing it; call the tool again.",
+                f"No module named '{top}': it is listed, but Toolkiln installs a listed "
+                f"package when it sees it imported by name in the code (import {top}, or "
+                f"importlib.import_module('{top}')), and this import was computed.",
                 name=name,
             )
         listed = ", ".join(sorted(self.curated))
@@ -273,7 +273,6 @@ def serve(sock: socket.socket, cfg: dict) -> None:
         run=link.run,
         stdout=out.text(),
         stderr=err.text(),
-        needed_packages=finder.needed,
     )
     sock.sendall(result_frame(report, link.run, int(cfg["max_result_bytes"])))
     sock.shutdown(socket.SHUT_WR)
