@@ -9,6 +9,7 @@ import { historySections } from "./history.js";
 import { poll } from "./poll.js";
 import { codeDiagnostics, showProblems } from "./problems.js";
 import { resultView } from "./result.js";
+import { schemaFormToggle } from "./schemaform.js";
 import { sampleInput } from "./templates.js";
 import { wizard } from "./wizard.js";
 
@@ -175,6 +176,7 @@ export function toolPage(main, ctx, { toolId, language, generate }) {
   // -- test-run (POST /v1/custom-tools/test: the form as it is, nothing saved or counted)
   const input = h("textarea", { rows: 5, class: "mono", spellcheck: "false" });
   const output = h("div", { class: "result-box", "aria-live": "polite" });
+  const schemaHost = h("div");
   const testBox = h("section", { class: "card", "aria-labelledby": "test-h" });
   const runTest = async () => {
     clear(output);
@@ -220,7 +222,13 @@ export function toolPage(main, ctx, { toolId, language, generate }) {
       h("h2", { id: "test-h", text: "Test run" }),
       h("p", { class: "hint", text: "Runs the form as it is now in the sandbox; nothing is saved or counted." }),
       field("Input", input, { name: "input", hint: "JSON" }),
-      h("div", { class: "actions" }, h("button", { type: "button", onclick: runTest, text: "Test" })),
+      h(
+        "div",
+        { class: "actions" },
+        h("button", { type: "button", onclick: runTest, text: "Test" }),
+        schemaFormToggle(() => form.body().input_schema, input, schemaHost),
+      ),
+      schemaHost,
       output,
     );
     const parts = [];

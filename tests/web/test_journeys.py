@@ -38,6 +38,8 @@ def row_of(page: Any, name: str) -> Any:
 
 def test_sign_in_keeps_the_token_for_the_tab_only(tab: Page, live: Live) -> None:
     page = tab.page
+    urls: list[str] = []
+    page.on("request", lambda r: urls.append(r.url))
     tab.sign_in("not-a-token")
     expect(page.get_by_role("alert")).not_to_be_empty()
     expect(page.get_by_role("table")).to_have_count(0)
@@ -47,6 +49,7 @@ def test_sign_in_keeps_the_token_for_the_tab_only(tab: Page, live: Live) -> None
     expect(page.get_by_role("button", name="New tool")).to_be_visible()
     expect(page.get_by_role("table")).to_be_visible()
     assert TOKEN not in page.url
+    assert urls and not [u for u in urls if TOKEN in u]
     assert page.context.cookies() == []
     assert page.evaluate("sessionStorage.getItem('toolkiln.token')") == TOKEN
     # A reload keeps the tab signed in; signing out forgets the token.
@@ -168,6 +171,15 @@ def test_test_run_shows_the_result_and_an_input_problem_next_to_input(
     page.get_by_role("button", name="Test").click()
     expect(page.get_by_test_id("result-status")).to_have_text("error")
     expect(result).to_contain_text("invalid_input")
+
+    # The form from the schema writes into Input.
+    page.get_by_role("button", name="Form from schema").click()
+    page.get_by_label("order_id (string, required)").fill("C-3")
+    expect(page.get_by_label("Input")).to_have_value('{\n  "order_id": "C-3"\n}')
+    page.get_by_role("button", name="Test").click()
+    expect(page.get_by_test_id("result-message")).to_have_text("Order C-3 is shipped")
+    page.get_by_role("button", name="Form from schema").click()
+    expect(page.get_by_label("order_id (string, required)")).to_have_count(0)
 
     # A call made elsewhere shows up under Recent calls, with its Result on demand.
     live.invoke(tool["id"], {"order_id": "B-2"})
@@ -320,3 +332,21 @@ def test_the_keyboard_alone_signs_in_opens_a_new_tool_and_leaves_the_editor(
     page.keyboard.press("Escape")
     page.keyboard.press("Tab")
     expect(page.get_by_label("Parameters")).to_be_focused()
+
+
+def test_problems_are_marked_as_you_type_without_saving(tab: Page, live: Live) -> None:
+    page = tab.page
+    tab.sign_in()
+    page.get_by_role("button", name="New tool").click()
+    page.get_by_label("Name").fill("typed-tool")
+    set_code(page, "def main(**params):\n    x = [1,\n    return {'message': 'x'}\n")
+    code_error = page.locator("[data-field=code] .field-error")
+    expect(code_error).to_contain_text("SyntaxError")
+    expect(page.locator(".cm-lintRange-error")).to_have_count(1)
+    page.get_by_label("Name").fill("Typed Tool")
+    expect(page.locator("[data-field=name] .field-error")).not_to_be_empty()
+    set_code(page, "def main(**params):\n    return {'message': 'x'}\n")
+    expect(code_error).to_be_empty()
+    expect(page.locator(".cm-lintRange-error")).to_have_count(0)
+    names = [t["name"] for t in live.http.get("/v1/custom-tools").json()["data"]]
+    assert "typed-tool" not in names and "Typed Tool" not in names
