@@ -7,7 +7,9 @@ the script and records the request (headers and JSON body). Steps:
   (a dict is sent as its JSON text, a string as it is, so malformed JSON can be sent);
 - ``text(content)``: an assistant message with no tool call;
 - ``fail(status)``: an HTTP error with an OpenAI-style error body;
-- ``hang()``: accept the request and answer nothing until ``release()`` (or ``close()``).
+- ``hang()``: accept the request and answer nothing until ``release()`` (or ``close()``);
+- ``trickle()``: send the status and headers, then one byte of the body every half second
+  until released: each read is quick, the answer never completes.
 
 When the script runs out the server answers 500 ``script exhausted``, so a test sees any
 request it did not plan for. Usage::
@@ -28,6 +30,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 HANG_LIMIT_S = 60.0  # a hung handler gives up at last, so no thread outlives a test run
+TRICKLE_EVERY_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,10 @@ def fail(status: int = 500) -> Step:
 
 def hang() -> Step:
     return Step("hang")
+
+
+def trickle() -> Step:
+    return Step("trickle")
 
 
 @dataclass
@@ -139,6 +146,21 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def _trickle(self, released: threading.Event, hanging: threading.Event) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", "1000000")
+        self.end_headers()
+        hanging.set()
+        for _ in range(int(HANG_LIMIT_S / TRICKLE_EVERY_S)):
+            try:
+                self.wfile.write(b" ")
+                self.wfile.flush()
+            except OSError:  # the client gave up
+                return
+            if released.wait(TRICKLE_EVERY_S):
+                return
+
     def do_POST(self) -> None:
         raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
         body = json.loads(raw or b"{}")
@@ -156,6 +178,8 @@ class _Handler(BaseHTTPRequestHandler):
         elif step.kind == "hang":
             hanging.set()
             released.wait(HANG_LIMIT_S)
+        elif step.kind == "trickle":
+            self._trickle(released, hanging)
         elif step.kind == "fail":
             self._send(
                 step.status, {"error": {"message": "scripted failure", "type": "server_error"}}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.model_server import ScriptedModel, propose, text
+from tests.model_server import ScriptedModel, propose, text, trickle
 from toolkiln.domain.errors import LlmUnavailable
 from toolkiln.llm.openai_chat import OpenAIChat
 
@@ -38,3 +38,15 @@ def test_ambient_openai_variables_do_not_travel(monkeypatch: pytest.MonkeyPatch)
         for sent in model.requests:
             assert "ambient" not in str(sent.headers)
             assert sent.headers["authorization"] == "Bearer none"
+
+
+def test_an_endpoint_that_trickles_is_cut_off_at_the_timeout() -> None:
+    # Each read is answered within half a second, so only a deadline on the whole request
+    # (not the SDK's per-read timeout of the same 2 s) can end it.
+    with ScriptedModel() as model:
+        model.script(trickle())
+        chat = OpenAIChat(model.url, "m", None, 2.0)
+        with pytest.raises(LlmUnavailable) as caught:
+            chat.complete(ASK, [], {})
+        assert model.wait_hanging(0)  # the endpoint had started answering
+        assert caught.value.details == {"reason": "timeout"}

@@ -1,6 +1,10 @@
 """Any OpenAI-compatible chat-completions endpoint (OpenAI, vLLM, llama.cpp, Ollama) through
 the official ``openai`` SDK.
 
+The timeout bounds the whole request: the SDK's own timeout applies to connecting and to
+each read, so an endpoint that trickles bytes would outlast it; the call therefore runs in a
+thread of its own and is abandoned (reported as a timeout) when its time is up.
+
 Only Toolkiln's own settings configure it: the SDK's habit of filling the organisation,
 project and admin key from ``OPENAI_*`` environment variables is undone, so nothing the
 operator set for another program travels to this endpoint. Errors never quote the
@@ -9,6 +13,7 @@ endpoint's answer, its address or the key.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import openai
@@ -46,31 +51,53 @@ class OpenAIChat:
         tools: list[dict[str, Any]],
         tool_choice: dict[str, Any],
     ) -> ChatReply:
-        try:
-            # The SDK types messages as TypedDicts; ours are the same shapes as plain dicts.
-            response = self._client.chat.completions.create(  # type: ignore[call-overload]
-                model=self._model, messages=messages, tools=tools, tool_choice=tool_choice
-            )
-        except openai.APITimeoutError as exc:
+        outcome: dict[str, Any] = {}
+        done = threading.Event()
+
+        def call() -> None:
+            try:
+                # The SDK types messages as TypedDicts; ours are the same shapes as plain dicts.
+                create: Any = self._client.chat.completions.create
+                outcome["response"] = create(
+                    model=self._model, messages=messages, tools=tools, tool_choice=tool_choice
+                )
+            except Exception as exc:
+                outcome["error"] = exc
+            finally:
+                done.set()
+
+        # A daemon thread: one abandoned on a trickling endpoint never holds up shutdown.
+        threading.Thread(target=call, name="toolkiln-llm", daemon=True).start()
+        if not done.wait(self._timeout_s):
             raise LlmUnavailable(
                 f"The model endpoint did not answer within {self._timeout_s:g} s.",
                 {"reason": "timeout"},
-            ) from exc
-        except openai.APIStatusError as exc:
-            raise LlmUnavailable(
+            )
+        if "error" in outcome:
+            raise self._unavailable(outcome["error"])
+        return _reply(outcome["response"])
+
+    def _unavailable(self, exc: Exception) -> LlmUnavailable:
+        """What the caller is told: never the endpoint's own words, address or key."""
+        if isinstance(exc, openai.APITimeoutError):
+            return LlmUnavailable(
+                f"The model endpoint did not answer within {self._timeout_s:g} s.",
+                {"reason": "timeout"},
+            )
+        if isinstance(exc, openai.APIStatusError):
+            return LlmUnavailable(
                 f"The model endpoint answered HTTP {exc.status_code}.",
                 {"reason": "status", "status": exc.status_code},
-            ) from exc
-        except openai.APIConnectionError as exc:
-            raise LlmUnavailable(
+            )
+        if isinstance(exc, openai.APIConnectionError):
+            return LlmUnavailable(
                 "The model endpoint could not be reached.", {"reason": "connection"}
-            ) from exc
-        except Exception as exc:  # a body that is no chat completion, among others
-            raise LlmUnavailable(
-                "The model endpoint's answer is not a chat completion.",
-                {"reason": "bad_response", "type": type(exc).__name__},
-            ) from exc
-        return _reply(response)
+            )
+        # A body that is no chat completion, among others.
+        return LlmUnavailable(
+            "The model endpoint's answer is not a chat completion.",
+            {"reason": "bad_response", "type": type(exc).__name__},
+        )
 
 
 def _reply(response: Any) -> ChatReply:
