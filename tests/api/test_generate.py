@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,13 @@ EXPECTED = {"raw_data": {"cagr": 0.1487, "formatted": "14.87%"}}
 DESCRIPTION = (
     "Calculate the compound annual growth rate given a start value, end value, and number of years"
 )
+
+
+@pytest.fixture(autouse=True)
+def _clean_script(model_server: ScriptedModel) -> Iterator[None]:
+    """Steps a test planned but did not use must not answer another test's request."""
+    yield
+    model_server.script()
 
 
 def cagr(language: str = "python", **over: object) -> dict:
