@@ -17,6 +17,7 @@ from toolkiln.builtins.files import SurfaceFile
 from toolkiln.builtins.search import WebSearch, make_provider
 from toolkiln.config import Settings
 from toolkiln.llm.openai_chat import OpenAIChat
+from toolkiln.domain.errors import ServiceUnavailable
 from toolkiln.mcp_server.http import McpHttp
 from toolkiln.sandbox.js_runner import JavaScriptSandbox
 from toolkiln.sandbox.packages import JsPackageStore, PackageStore
@@ -24,6 +25,7 @@ from toolkiln.sandbox.runner import Limits, PythonSandbox
 from toolkiln.services.access import AccessService
 from toolkiln.services.agents import AgentService
 from toolkiln.services.audit import AuditService
+from toolkiln.services.background import Supervisor
 from toolkiln.services.container import Services
 from toolkiln.services.dispatch import Builtins
 from toolkiln.services.files import FileService
@@ -37,6 +39,7 @@ from toolkiln.services.system import SystemService
 from toolkiln.services.testcases import CaseRunner
 from toolkiln.services.tools import ToolService
 from toolkiln.storage.database import Database
+from toolkiln.storage.notify import feed_for
 
 
 @dataclass(slots=True)
@@ -57,7 +60,13 @@ class Runtime:
 
 def build(settings: Settings, *, migrate: bool = True, sandbox: bool = True) -> Runtime:
     """``sandbox=False`` for CLI commands that only touch the database."""
-    settings.ensure_data_dir()
+    try:
+        settings.ensure_data_dir()
+    except OSError as exc:
+        raise ServiceUnavailable(
+            f"The data directory {settings.data_dir} is not writable ({exc.strerror or exc}).",
+            code="data_dir_not_writable",
+        ) from exc
     database = Database(settings.resolved_database_url(), pool_size=settings.db_pool_size)
     if migrate:
         database.migrate()
@@ -78,14 +87,17 @@ def build(settings: Settings, *, migrate: bool = True, sandbox: bool = True) -> 
         )
     runners: dict[str, CodeRunner] = dict(sandboxes)
     uow = database.transaction
-    files = FileService(
-        uow, settings.data_dir / "files", settings.signing_key(), settings.resolved_public_url()
-    )
+    files = FileService(uow, settings.signing_key(), settings.resolved_public_url())
     router = Router(uow, Builtins(_builtins(settings, uow, files)), Runs(uow, runners))
     drafts = DraftRunner(router)  # test runs and test cases: uncounted runs of a definition
     tools = ToolService(uow, CaseRunner(drafts.run))
     invoke = InvokeService(uow, router, tools, drafts)
-    system = SystemService(database.ping, lambda: {n: r.describe() for n, r in runners.items()})
+    background = Supervisor()
+    system = SystemService(
+        database.problem,
+        lambda: {n: r.describe() for n, r in runners.items()},
+        background.health,
+    )
     services = Services(
         access=AccessService(uow),
         tools=tools,
@@ -104,6 +116,8 @@ def build(settings: Settings, *, migrate: bool = True, sandbox: bool = True) -> 
             router.specs,
             settings.llm_max_attempts,
         ),
+        changes=feed_for(database.url),
+        background=background,
     )
     return Runtime(settings, database, services, sandboxes)
 

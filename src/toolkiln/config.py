@@ -6,6 +6,7 @@ at import time.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from pydantic import Field, SecretStr
@@ -65,4 +66,9 @@ class Settings(BaseSettings):
         return path.read_text().strip().encode()
 
     def ensure_data_dir(self) -> None:
+        """Create the data directory and prove it writable (OSError if not): a probe file
+        is the only check that also holds for root and for read-only mounts."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        probe = self.data_dir / f".write-probe-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()

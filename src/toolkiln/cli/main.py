@@ -12,10 +12,12 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from pydantic import ValidationError
+
 from toolkiln.app import Runtime, build, build_app
 from toolkiln.cli import generate
 from toolkiln.config import Settings
-from toolkiln.domain.errors import ToolkilnError
+from toolkiln.domain.errors import ServiceUnavailable, ToolkilnError
 from toolkiln.domain.ids import rfc3339
 
 log = logging.getLogger("toolkiln")
@@ -86,66 +88,92 @@ def _serve(runtime: Runtime, host: str | None, port: int | None) -> None:
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    args = _parser().parse_args(argv)
-    settings = Settings()
-    runtime = build(settings, sandbox=args.command in ("serve", "mcp", "generate"))
-    access = runtime.services.access
-    try:
-        if args.command == "serve":
-            _serve(runtime, args.host, args.port)
-        elif args.command == "mcp":
-            from toolkiln.mcp_server.stdio import serve_stdio
+def _fail(code: str, message: str, details: object = None) -> int:
+    """docs/configuration.md: one line, ``error: <code>: <message>``, and exit status 2."""
+    print(f"error: {code}: {' '.join(message.split())}", file=sys.stderr)
+    if details:
+        print(json.dumps(details, indent=2), file=sys.stderr)
+    return 2
 
-            serve_stdio(runtime.services, args.agent, args.mode)
-        elif args.command == "generate":
-            generate.run(runtime.services, args)
-        elif args.command == "migrate":
-            print("database is at the newest migration")
-        elif args.command == "workspace" and args.action == "create":
-            w = access.create_workspace(None, args.name)
-            _print({"id": w.id, "name": w.name, "created_at": rfc3339(w.created_at)})
-        elif args.command == "workspace" and args.action == "list":
-            _print([{"id": w.id, "name": w.name} for w in access.resolve_all()])
-        elif args.command == "token" and args.action == "create":
-            workspace = access.resolve_workspace(args.workspace)
-            issued = access.create_token(None, workspace.id, args.scopes, args.name)
-            _print(
-                {
-                    "id": issued.record.id,
-                    "token": issued.value,
-                    "workspace_id": workspace.id,
-                    "scopes": sorted(issued.record.scopes),
-                }
-            )
-        elif args.command == "token" and args.action == "revoke":
-            access.revoke_token(None, args.token_id)
-            print(f"revoked {args.token_id}")
-        elif args.command == "token" and args.action == "list":
-            ws_id = access.resolve_workspace(args.workspace).id if args.workspace else None
-            _print(
-                [
-                    {
-                        "id": t.id,
-                        "workspace_id": t.workspace_id,
-                        "scopes": sorted(t.scopes),
-                        "name": t.name,
-                        "revoked": t.revoked_at is not None,
-                    }
-                    for t in access.all_tokens(ws_id)
-                ]
-            )
+
+def _start(args: argparse.Namespace) -> Runtime:
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        name = "TOOLKILN_" + "_".join(str(p) for p in first["loc"]).upper()
+        raise ServiceUnavailable(f"{name}: {first['msg']}", code="invalid_setting") from exc
+    return build(settings, sandbox=args.command in ("serve", "mcp", "generate"))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    # Commands print their answer; only the server logs what it does as it goes.
+    logging.basicConfig(
+        level=logging.INFO if args.command == "serve" else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        runtime = _start(args)
+    except ToolkilnError as exc:
+        return _fail(exc.code, exc.message)
+    except Exception as exc:  # a start-up failure is one line, not a traceback
+        log.debug("start-up failed", exc_info=exc)
+        return _fail("startup_failed", f"{type(exc).__name__}: {exc}")
+    try:
+        _run(args, runtime)
         return 0
     except ToolkilnError as exc:
-        print(f"error: {exc.code}: {exc.message}", file=sys.stderr)
-        if exc.details:
-            print(json.dumps(exc.details, indent=2), file=sys.stderr)
-        return 2
+        return _fail(exc.code, exc.message, exc.details)
     finally:
         runtime.close()
+
+
+def _run(args: argparse.Namespace, runtime: Runtime) -> None:
+    access = runtime.services.access
+    if args.command == "serve":
+        _serve(runtime, args.host, args.port)
+    elif args.command == "mcp":
+        from toolkiln.mcp_server.stdio import serve_stdio
+
+        serve_stdio(runtime.services, args.agent, args.mode)
+    elif args.command == "generate":
+        generate.run(runtime.services, args)
+    elif args.command == "migrate":
+        print("database is at the newest migration")
+    elif args.command == "workspace" and args.action == "create":
+        w = access.create_workspace(None, args.name)
+        _print({"id": w.id, "name": w.name, "created_at": rfc3339(w.created_at)})
+    elif args.command == "workspace" and args.action == "list":
+        _print([{"id": w.id, "name": w.name} for w in access.resolve_all()])
+    elif args.command == "token" and args.action == "create":
+        workspace = access.resolve_workspace(args.workspace)
+        issued = access.create_token(None, workspace.id, args.scopes, args.name)
+        _print(
+            {
+                "id": issued.record.id,
+                "token": issued.value,
+                "workspace_id": workspace.id,
+                "scopes": sorted(issued.record.scopes),
+            }
+        )
+    elif args.command == "token" and args.action == "revoke":
+        access.revoke_token(None, args.token_id)
+        print(f"revoked {args.token_id}")
+    elif args.command == "token" and args.action == "list":
+        ws_id = access.resolve_workspace(args.workspace).id if args.workspace else None
+        _print(
+            [
+                {
+                    "id": t.id,
+                    "workspace_id": t.workspace_id,
+                    "scopes": sorted(t.scopes),
+                    "name": t.name,
+                    "revoked": t.revoked_at is not None,
+                }
+                for t in access.all_tokens(ws_id)
+            ]
+        )
 
 
 if __name__ == "__main__":

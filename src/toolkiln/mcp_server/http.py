@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
 from toolkiln.domain.errors import Forbidden, NotFound, ToolkilnError, Unauthenticated
-from toolkiln.mcp_server.server import Endpoint, Listeners, make_server, watch_tool_lists
+from toolkiln.mcp_server.server import Endpoint, Listeners, make_server, tool_list_watcher
 from toolkiln.services.container import Services
 
 PREFIX = "/agents/"
@@ -61,7 +61,8 @@ class McpHttp:
     @asynccontextmanager
     async def lifespan(self) -> AsyncIterator[None]:
         async with self.manager.run(), anyio.create_task_group() as tasks:
-            tasks.start_soon(watch_tool_lists, self._services, self.listeners)
+            watcher = tool_list_watcher(self._services, self.listeners)
+            tasks.start_soon(self._services.background.run, "mcp.tool_lists", watcher)
             try:
                 yield
             finally:

@@ -20,6 +20,7 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, Too
 
 import toolkiln
 from toolkiln.domain.auth import Principal
+from toolkiln.services.background import Loop
 from toolkiln.services.container import Services
 from toolkiln.services.invoke import CallContext
 
@@ -38,7 +39,8 @@ Resolve = Callable[[ServerRequestContext[Any, Any]], Awaitable[Endpoint]]
 
 
 log = logging.getLogger("toolkiln.mcp")
-WATCH_INTERVAL_S = 1.0
+# The feed wakes the watcher sooner (a NOTIFY, or a poll every second on SQLite).
+MAX_WAIT_S = 30.0
 MAX_SESSIONS = 1000
 
 
@@ -70,19 +72,35 @@ class Listeners:
                 self.sessions.pop(key, None)
 
 
-async def watch_tool_lists(services: Services, listeners: Listeners) -> None:
-    """Tell every listening client when some agent's tools change.
+def tool_list_watcher(services: Services, listeners: Listeners) -> Loop:
+    """A loop (for ``services.background``) that tells every listening client when some
+    agent's tools change.
 
     The marker is read from the database, so changes made through another replica are seen
-    too. Every listener is told (not only the affected agent's); clients list again.
+    too; ``services.changes`` wakes the loop (PostgreSQL NOTIFY, or a poll). Every listener
+    is told (not only the affected agent's); clients list again. The last marker seen
+    outlives a restart of the loop, so a change made while the database was away is told
+    once it is back.
     """
-    last = await anyio.to_thread.run_sync(services.agents.change_marker)
-    while True:
-        await anyio.sleep(WATCH_INTERVAL_S)
-        marker = await anyio.to_thread.run_sync(services.agents.change_marker)
-        if marker != last:
-            last = marker
-            await listeners.changed()
+    last: int | None = None
+
+    async def watch(healthy: Callable[[], None]) -> None:
+        nonlocal last
+        feed = services.changes
+        try:
+            await feed.wait(0)  # listening before the first look
+            while True:
+                marker = await anyio.to_thread.run_sync(services.agents.change_marker)
+                healthy()
+                if last is not None and marker != last:
+                    await listeners.changed()
+                last = marker
+                await feed.wait(MAX_WAIT_S)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await feed.aclose()
+
+    return watch
 
 
 class _Server(Server[Any]):

@@ -13,7 +13,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.stdio import stdio_server
 
 from toolkiln.domain.auth import Principal
-from toolkiln.mcp_server.server import Endpoint, Listeners, make_server, watch_tool_lists
+from toolkiln.mcp_server.server import Endpoint, Listeners, make_server, tool_list_watcher
 from toolkiln.services.container import Services
 
 
@@ -30,7 +30,8 @@ def serve_stdio(services: Services, agent_id: str, mode: str = "direct") -> None
 
     async def main() -> None:
         async with stdio_server() as (read, write), anyio.create_task_group() as tasks:
-            tasks.start_soon(watch_tool_lists, services, listeners)
+            watcher = tool_list_watcher(services, listeners)
+            tasks.start_soon(services.background.run, "mcp.tool_lists", watcher)
             await server.run(read, write, server.create_initialization_options())
             tasks.cancel_scope.cancel()
 

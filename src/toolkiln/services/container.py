@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from toolkiln.services.access import AccessService
 from toolkiln.services.agents import AgentService
 from toolkiln.services.audit import AuditService
+from toolkiln.services.background import ChangeFeed, Supervisor
 from toolkiln.services.files import FileService
 from toolkiln.services.generate import GenerateService
 from toolkiln.services.invoke import InvokeService
@@ -28,3 +29,6 @@ class Services:
     outbox: OutboxService
     agents: AgentService
     generate: GenerateService
+    changes: ChangeFeed
+    # The service's background loops; /healthz reports theirs.
+    background: Supervisor = field(default_factory=Supervisor)

@@ -1,4 +1,7 @@
-"""Files surfaced by tools: stored under the data directory, served by signed, expiring URLs."""
+"""Files surfaced by tools: stored in the database, served by signed, expiring URLs.
+
+In the database (not the data directory) so that any replica serves a link another made.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +11,6 @@ import re
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 from toolkiln.domain.errors import Forbidden, NotFound
@@ -22,15 +24,14 @@ _SAFE_NAME = re.compile(r"[^A-Za-z0-9._ -]")
 
 @dataclass(frozen=True, slots=True)
 class ServedFile:
-    path: Path
+    content: bytes
     filename: str
     mime_type: str
 
 
 class FileService:
-    def __init__(self, uow: UnitOfWorkFactory, root: Path, key: bytes, base_url: str = "") -> None:
+    def __init__(self, uow: UnitOfWorkFactory, key: bytes, base_url: str = "") -> None:
         self._uow = uow
-        self._root = root
         self._key = key
         self._base_url = base_url.rstrip("/")
 
@@ -46,9 +47,6 @@ class FileService:
         ttl_s: int = DEFAULT_TTL_S,
     ) -> dict[str, Any]:
         file_id = new_id()
-        folder = self._root / workspace_id
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / file_id).write_bytes(content)
         now = utcnow()
         expires_at = now + timedelta(seconds=ttl_s)
         with self._uow() as tx:
@@ -62,6 +60,7 @@ class FileService:
                     "sha256": hashlib.sha256(content).hexdigest(),
                     "created_at": now,
                     "expires_at": expires_at,
+                    "content": content,
                 }
             )
         expires = int(expires_at.timestamp())
@@ -81,10 +80,9 @@ class FileService:
             record = tx.files.get(file_id)
         if record is None or record["expires_at"] < datetime.now(UTC):
             raise NotFound("No such file.")
-        path = self._root / record["workspace_id"] / file_id
-        if not path.is_file():
+        if record.get("content") is None:  # stored on disk before migration 0008
             raise NotFound("No such file.")
-        return ServedFile(path, record["filename"], record["mime_type"])
+        return ServedFile(bytes(record["content"]), record["filename"], record["mime_type"])
 
 
 def safe_filename(name: str) -> str:

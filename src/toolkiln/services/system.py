@@ -1,4 +1,9 @@
-"""Readiness: is the database reachable, and which sandbox layers are on."""
+"""Readiness: is the database reachable, are the sandbox pools ready, do background loops run.
+
+``/healthz`` answers 503 while the database or a sandbox pool is not ready and says which and
+why; a background loop that keeps failing is reported as degraded without failing readiness
+(the service still serves; only MCP list-change notices may be late).
+"""
 
 from __future__ import annotations
 
@@ -9,25 +14,38 @@ from typing import Any
 class SystemService:
     def __init__(
         self,
-        db_ping: Callable[[], bool],
+        db_problem: Callable[[], str | None],
         runtimes: Callable[[], dict[str, Any]] = dict,
+        background: Callable[[], dict[str, Any]] = dict,
     ) -> None:
-        self._db_ping = db_ping
+        self._db_problem = db_problem
         self._runtimes = runtimes
+        self._background = background
 
     def health(self) -> tuple[bool, dict[str, Any]]:
-        database = self._db_ping()
+        db_problem = self._db_problem()
         runtimes = {
-            name: {k: r[k] for k in ("available", "ready", "insecure", "isolation") if k in r}
+            name: {
+                k: r[k]
+                for k in ("available", "ready", "insecure", "isolation", "problems", "degraded")
+                if k in r
+            }
             for name, r in self._runtimes().items()
         }
-        ready = database and all(
-            r.get("ready", False) for r in runtimes.values() if r.get("available", True)
-        )
+        degraded: list[dict[str, str]] = []
+        if db_problem is not None:
+            degraded.append({"part": "database", "reason": db_problem})
+        for name, r in runtimes.items():
+            if r.get("available", True) and not r.get("ready", False):
+                why = r.get("problems") or r.get("degraded") or "the sandbox pool is not ready"
+                degraded.append({"part": f"runtime.{name}", "reason": _one_line(why)})
+        ready = not degraded
         return ready, {
             "status": "ok" if ready else "unavailable",
-            "database": "ok" if database else "unreachable",
+            "database": "ok" if db_problem is None else "unreachable",
             "runtimes": runtimes,
+            "background": self._background(),
+            "degraded": degraded,
         }
 
     def runtimes(self) -> dict[str, Any]:
@@ -48,3 +66,9 @@ class SystemService:
                 },
             )
         return found
+
+
+def _one_line(why: Any) -> str:
+    if isinstance(why, list | tuple):
+        return "; ".join(str(w) for w in why)
+    return str(why)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,10 +15,25 @@ import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
 
-from toolkiln.domain.errors import Conflict
+from toolkiln.domain.errors import Conflict, ServiceUnavailable
 from toolkiln.storage.repos import SqlUnitOfWork
 
+log = logging.getLogger("toolkiln.storage")
 MIGRATIONS = Path(__file__).parent / "migrations"
+# One advisory-lock key for "migrating this database", the same in every replica.
+MIGRATION_LOCK = zlib.crc32(b"toolkiln.migrate")
+CONNECT_TIMEOUT_S = 5
+POOL_TIMEOUT_S = 10
+UNREACHABLE = "The database is unreachable; try again shortly."
+
+
+def is_outage(exc: BaseException) -> bool:
+    """Errors that say the database cannot be reached (or gave up on us), not that a
+    statement was wrong: a refused or dropped connection, a pool with no connection to
+    give, SQLite's file that cannot be opened or stays locked."""
+    if isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
+        return True
+    return isinstance(exc, sa.exc.OperationalError | sa.exc.InterfaceError | sa.exc.TimeoutError)
 
 
 class Database:
@@ -30,7 +47,16 @@ class Database:
             kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
             kwargs["pool_size"] = pool_size
         else:
-            kwargs.update(pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+            # Pre-ping replaces connections a restarted server dropped, so the service
+            # recovers by itself; the timeouts make an outage a fast 503, never a hang.
+            kwargs.update(
+                pool_size=pool_size,
+                max_overflow=pool_size,
+                pool_pre_ping=True,
+                pool_timeout=POOL_TIMEOUT_S,
+            )
+            if "connect_timeout" not in url:
+                kwargs["connect_args"] = {"connect_timeout": CONNECT_TIMEOUT_S}
         self.engine = sa.create_engine(url, **kwargs)
         # SQLite has one writer at a time; when threads of this process queue for it inside
         # SQLite, its busy handler sleeps with backoff (up to 100 ms a try). Queueing on a
@@ -63,7 +89,8 @@ class Database:
     @contextmanager
     def transaction(self, readonly: bool = False) -> Iterator[SqlUnitOfWork]:
         """One unit of work. A unique-constraint race that slipped past the services'
-        checks becomes a Conflict, never a 500."""
+        checks becomes a Conflict, never a 500; a database that cannot be reached becomes
+        ServiceUnavailable (503 ``unavailable``), for every transport alike."""
         try:
             with contextlib.nullcontext() if readonly else self._writer:
                 with self.engine.connect() as conn:
@@ -72,18 +99,42 @@ class Database:
                         yield SqlUnitOfWork(conn)
         except sa.exc.IntegrityError as exc:
             raise Conflict("The change conflicts with existing data.", code="conflict") from exc
+        except sa.exc.SQLAlchemyError as exc:
+            if not is_outage(exc):
+                raise
+            log.warning("database unreachable: %s", str(exc).splitlines()[0])
+            raise ServiceUnavailable(UNREACHABLE, code="unavailable") from exc
 
-    def ping(self) -> bool:
+    def problem(self) -> str | None:
+        """None when the database answers; else why not, in one line (for /healthz)."""
         try:
             with self.engine.connect() as conn:
                 conn.execute(sa.text("SELECT 1"))
-            return True
-        except sa.exc.SQLAlchemyError:
-            return False
+            return None
+        except sa.exc.SQLAlchemyError as exc:
+            return _cause(exc)
 
     def migrate(self) -> None:
-        """Bring the schema to the newest migration (idempotent)."""
+        """Bring the schema to the newest migration (idempotent).
+
+        Replicas started together on a new database must not all create it: on PostgreSQL
+        the upgrade runs under a transaction-scoped advisory lock, on SQLite under the
+        write lock that ``BEGIN IMMEDIATE`` takes. Whoever waits finds the schema at head.
+        """
+        try:
+            self._migrate()
+        except sa.exc.SQLAlchemyError as exc:
+            if not is_outage(exc):
+                raise
+            where = sa.make_url(self.url).render_as_string(hide_password=True)
+            raise ServiceUnavailable(
+                f"The database {where} is unreachable: {_cause(exc)}", code="unavailable"
+            ) from exc
+
+    def _migrate(self) -> None:
         with self.engine.begin() as conn:
+            if not self.is_sqlite:
+                conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": MIGRATION_LOCK})
             cfg = Config()
             cfg.set_main_option("script_location", str(MIGRATIONS))
             cfg.attributes["connection"] = conn
@@ -91,3 +142,10 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+def _cause(exc: sa.exc.SQLAlchemyError) -> str:
+    """The driver's own words, in one line."""
+    cause = exc.orig if isinstance(exc, sa.exc.DBAPIError) and exc.orig else exc
+    text = " ".join(str(cause).split())
+    return f"{type(cause).__name__}: {text}"[:300]

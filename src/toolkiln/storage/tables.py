@@ -140,6 +140,8 @@ files = sa.Table(
     sa.Column("sha256", sa.String(64), nullable=False),
     sa.Column("created_at", Moment, nullable=False),
     sa.Column("expires_at", Moment, nullable=False),
+    # In the database, so every replica serves every link; null only on rows from before.
+    sa.Column("content", sa.LargeBinary),
 )
 
 agents = sa.Table(

@@ -6,7 +6,7 @@ from typing import Any
 from urllib.parse import quote
 
 from fastapi import APIRouter
-from fastapi.responses import FileResponse
+from fastapi.responses import Response
 from pydantic import Field
 
 from toolkiln.api import models
@@ -80,12 +80,12 @@ def list_outbox(
 
 
 @router.get("/files/{file_id}", include_in_schema=True)
-def get_file(file_id: str, svc: Svc, expires: str = "", sig: str = "") -> FileResponse:
+def get_file(file_id: str, svc: Svc, expires: str = "", sig: str = "") -> Response:
     """No token: the signed URL is the permission. Tampered or expired: 403."""
     served = svc.files.open(file_id, expires, sig)
     name = safe_filename(served.filename)
-    return FileResponse(
-        served.path,
+    return Response(
+        served.content,
         media_type=served.mime_type,
         headers={
             "Content-Disposition": (

@@ -1,0 +1,79 @@
+"""Start-up and CLI failures: one line ``error: <code>: <message>`` and exit status 2
+(docs/configuration.md), never a traceback."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.reliability.harness import TOOLKILN, free_port
+
+
+def toolkiln(*args: str, env: dict[str, str], wrap: list[str] | None = None):  # type: ignore[no-untyped-def]
+    full = {k: v for k, v in os.environ.items() if not k.startswith("TOOLKILN_")}
+    return subprocess.run(
+        [*(wrap or []), TOOLKILN, *args],
+        env={**full, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def one_line_error(done: subprocess.CompletedProcess[str], code: str) -> str:
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2, done.stderr
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"error: {code}: "), lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", [["workspace", "list"], ["serve"]])
+def test_unreachable_database_is_one_line(tmp_path: Path, command: list[str]) -> None:
+    url = f"postgresql+psycopg://root:hunter2@127.0.0.1:{free_port()}/nowhere"
+    env = {"TOOLKILN_DATA_DIR": str(tmp_path), "TOOLKILN_DATABASE_URL": url}
+    line = one_line_error(toolkiln(*command, env=env), "unavailable")
+    assert "unreachable" in line and "hunter2" not in line
+
+
+def _read_only(path: Path) -> list[str]:
+    """A wrapper that runs the command with ``path`` read-only: a read-only bind mount in a
+    mount namespace of its own as root (root ignores file modes), the file mode otherwise."""
+    if os.geteuid() != 0:
+        path.chmod(0o555)
+        return []
+    if shutil.which("unshare") is None:
+        pytest.skip("read-only data dir as root needs util-linux unshare")
+    script = f'mount --bind "{path}" "{path}" && mount -o remount,bind,ro "{path}" && exec "$@"'
+    return ["unshare", "-m", "sh", "-c", script, "sh"]
+
+
+@pytest.mark.parametrize(
+    ("fresh", "command"), [(True, ["migrate"]), (False, ["serve"])], ids=["new", "existing"]
+)
+def test_read_only_data_dir_is_one_line(tmp_path: Path, fresh: bool, command: list[str]) -> None:
+    data = tmp_path / "data"
+    env = {"TOOLKILN_DATA_DIR": str(data)}
+    data.mkdir()
+    if not fresh:
+        assert toolkiln("migrate", env=env).returncode == 0
+    line = one_line_error(
+        toolkiln(*command, env=env, wrap=_read_only(data)), "data_dir_not_writable"
+    )
+    assert str(data) in line
+
+
+def test_bad_setting_is_one_line(tmp_path: Path) -> None:
+    env = {"TOOLKILN_DATA_DIR": str(tmp_path), "TOOLKILN_PORT": "99999"}
+    line = one_line_error(toolkiln("migrate", env=env), "invalid_setting")
+    assert "TOOLKILN_PORT" in line
+
+
+def test_command_refusal_is_one_line(tmp_path: Path) -> None:
+    env = {"TOOLKILN_DATA_DIR": str(tmp_path)}
+    one_line_error(toolkiln("token", "revoke", "no-such-token", env=env), "not_found")
