@@ -16,8 +16,8 @@ from toolkiln.builtins.email import SendEmail, SmtpConfig
 from toolkiln.builtins.files import SurfaceFile
 from toolkiln.builtins.search import WebSearch, make_provider
 from toolkiln.config import Settings
-from toolkiln.llm.openai_chat import OpenAIChat
 from toolkiln.domain.errors import ServiceUnavailable
+from toolkiln.llm.openai_chat import OpenAIChat
 from toolkiln.mcp_server.http import McpHttp
 from toolkiln.sandbox.js_runner import JavaScriptSandbox
 from toolkiln.sandbox.packages import JsPackageStore, PackageStore
