@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.security.conftest import Target
@@ -56,4 +58,63 @@ def test_memory_cap_holds_for_a_call_and_its_nested_runs(
         assert inner["status"] == "error" and inner["error"]["code"] == "memory_limit", over
     else:
         assert over["error"]["code"] == "memory_limit", over
+    target.assert_contained()
+
+
+AUDIT_FLOOD = {
+    "python": (
+        "async def main(*, ctx, **p):\n"
+        "    for i in range(20):\n"
+        "        ctx.audit('big', {'blob': 'x' * 100_000})\n"
+        "    for i in range(250):\n"
+        "        ctx.audit('small', {'i': i, 'pad': 'y' * 2000})\n"
+        "    return {'message': 'flooded'}\n"
+    ),
+    "javascript": (
+        "async function main(p, ctx) {\n"
+        "  for (let i = 0; i < 20; i++) await ctx.audit('big', { blob: 'x'.repeat(100000) });\n"
+        "  for (let i = 0; i < 250; i++) await ctx.audit('small', { i, pad: 'y'.repeat(2000) });\n"
+        "  return { message: 'flooded' };\n"
+        "}\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("language", ["python", "javascript"])
+def test_audit_rows_are_capped_per_call_in_count_and_bytes(t: Tenant, language: str) -> None:
+    tool = t.tool(
+        f"audit-flood-{language}", AUDIT_FLOOD[language], language=language, timeout_ms=10000
+    )
+    res = t.invoke(tool)
+    assert res["status"] == "ok", res
+    rows = [r for r in t.stored(res["tool_call_id"])["audit"] if r["event"].startswith("custom.")]
+    assert rows and all(r["event"] == "custom.small" for r in rows)  # 100 KB rows dropped
+    total = sum(len(json.dumps(r["data"])) for r in rows)
+    assert len(rows) <= 200 and total <= 512 * 1024, (len(rows), total)
+    assert "rows dropped" in res["logs"]["stderr"]
+
+
+CTX_FLOOD = {
+    "python": (
+        "def handle(input, ctx):\n"
+        "    for i in range(1200):\n"
+        "        ctx.audit('tick', i)\n"
+        "    return 'survived'\n"
+    ),
+    "javascript": (
+        "async function handle(input, ctx) {\n"
+        "  for (let i = 0; i < 1200; i++) await ctx.audit('tick', i);\n"
+        "  return 'survived';\n"
+        "}\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("language", ["python", "javascript"])
+def test_a_flood_of_ctx_frames_ends_the_run(target: Target, t: Tenant, language: str) -> None:
+    tool = t.tool(f"ctx-flood-{language}", CTX_FLOOD[language], language=language)
+    res = t.invoke(tool)
+    assert res["status"] == "error" and res["error"]["code"] == "runtime_error", res
+    assert res["error"]["details"]["type"] == "CtxLimitError"
+    assert t.get_tool(tool)["failure_count"] == 1
     target.assert_contained()

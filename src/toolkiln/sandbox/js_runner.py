@@ -19,9 +19,11 @@ import py_mini_racer
 
 from toolkiln.domain.code_check import js_requires, strip_exports
 from toolkiln.domain.execution import RunLink, RunOutcome, RunRequest
+from toolkiln.sandbox.fair import FairShare
 from toolkiln.sandbox.packages import JS_PACKAGES, JsPackageStore
 from toolkiln.sandbox.pool import WarmChild
 from toolkiln.sandbox.runner import PythonSandbox
+from toolkiln.sandbox.shares import CallGroup
 
 RECYCLE_AFTER = 50
 
@@ -46,6 +48,7 @@ class JavaScriptSandbox(PythonSandbox):
     language = "javascript"
 
     def _configure(self, config: dict[str, Any]) -> None:
+        self.fair = FairShare(self.warm)
         engine = Path(py_mini_racer.__file__).resolve().parent
         config["runtime"] = "javascript"
         config["js_engine_parent"] = str(engine.parent)  # only without a jail (insecure mode)
@@ -75,6 +78,14 @@ class JavaScriptSandbox(PythonSandbox):
         }
         extra = {"modules": modules, "listed": sorted(JS_PACKAGES)}
         return self._run_once(dataclasses.replace(req, code=code), link, extra)
+
+    def _acquire(self, req: RunRequest, deadline: float) -> bool:
+        group = req.share.group if req.share is not None else None
+        nested = isinstance(group, CallGroup) and group.running
+        return self.fair.acquire(req.workspace_id, nested, deadline)
+
+    def _relinquish(self, req: RunRequest) -> None:
+        self.fair.release(req.workspace_id)
 
     def _take(self, timeout: float) -> WarmChild:
         return self.template.take(timeout=timeout, replenish=False)
@@ -135,4 +146,6 @@ class JavaScriptSandbox(PythonSandbox):
         described["isolation"]["process_per_call"] = False
         described["isolation"]["uid"] = "per-worker unprivileged uid"
         described["isolation"]["worker_recycled_after_calls"] = RECYCLE_AFTER
+        described["limits"]["workers"] = self.warm
+        described["limits"]["workers_per_workspace"] = self.fair.cap
         return described

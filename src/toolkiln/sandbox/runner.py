@@ -219,6 +219,28 @@ class PythonSandbox:
         """One call; ``extra`` adds runtime-specific fields to the request frame."""
         started = time.perf_counter()
         deadline = time.monotonic() + req.timeout_ms / 1000
+        if not self._acquire(req, deadline):
+            return RunOutcome("timeout", message="No sandbox process became free in time.")
+        try:
+            return self._run_acquired(req, link, extra, started, deadline)
+        finally:
+            self._relinquish(req)
+
+    def _acquire(self, req: RunRequest, deadline: float) -> bool:
+        """The call's turn for a process (JavaScript workers are shared fairly)."""
+        return True
+
+    def _relinquish(self, req: RunRequest) -> None:
+        """The call's process is no longer its own."""
+
+    def _run_acquired(
+        self,
+        req: RunRequest,
+        link: RunLink,
+        extra: dict[str, Any] | None,
+        started: float,
+        deadline: float,
+    ) -> RunOutcome:
         try:
             child = self._take(max(1.0, req.timeout_ms / 1000))
         except SandboxUnavailable as exc:

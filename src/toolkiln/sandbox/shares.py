@@ -28,6 +28,7 @@ class JoinFailed(Exception):
 
 @dataclass(slots=True)
 class CallGroup:
+    running: bool = False  # the call's root run is running: any other run is nested
     slot: Handle | None = None  # the root run's slot while it runs
     audit: AuditQuota = field(default_factory=AuditQuota)
 
@@ -50,7 +51,7 @@ class Membership:
 
     def exit(self) -> None:
         if self.root:
-            self.group.slot = None
+            self.group.running, self.group.slot = False, None
         elif self.child.cgroup is not None:
             with contextlib.suppress(OSError):  # gone already: nothing to move back
                 Cgroups.leave(self.child.global_pid, self.child.cgroup)
@@ -65,11 +66,11 @@ def enter(req: RunRequest, child: WarmChild, cgroups: Cgroups | None) -> Members
         group = CallGroup()
         if share is not None:
             share.group = group
+    if not group.running:
+        group.running, group.slot = True, child.cgroup
+        return Membership(group, child, True)
     if group.slot is None or child.cgroup is None or cgroups is None:
-        root = group.slot is None
-        if root:
-            group.slot = child.cgroup
-        return Membership(group, child, root)
+        return Membership(group, child, False)  # no cgroups here (insecure mode): caps off
     member = Membership(group, child, False, cgroups.oom_count(group.slot), cgroups)
     try:
         Cgroups.join(child.global_pid, group.slot)

@@ -51,7 +51,7 @@ class Caps:
     reply_bytes: int = 1024 * KIB  # one reply to a ctx call
     result_bytes: int = 1024 * KIB  # the result frame
     log_bytes: int = 64 * KIB  # stdout, and stderr, each
-    ctx_frames: int = 300  # call + audit frames one run may send
+    ctx_frames: int = 1000  # call + audit frames one run may send
     audit_rows: int = 200  # ctx.audit rows kept per call (the whole tree of runs)
     audit_row_bytes: int = 16 * KIB  # one row's frame; bigger rows are dropped
     audit_bytes: int = 512 * KIB  # all rows of one call together
