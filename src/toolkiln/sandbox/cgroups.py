@@ -76,11 +76,25 @@ class Cgroups:
         cpus = self.cpu_quota_us / CPU_PERIOD_US if self.cpu else None
         return {"version": self.version, "memory_mb": self.memory_bytes >> 20, "cpus": cpus}
 
+    def _weigh(self) -> None:
+        """Give the parent of the slots the CPU weight of as many tasks as it has slots.
+        With group scheduling, a new cgroup competes as ONE task against the host's: all
+        sandboxed calls would share one task's share of a busy host (each slot's quota still
+        caps it at its CPUs)."""
+        if not self.cpu:
+            return
+        with contextlib.suppress(OSError):
+            if self.version == "v2":
+                (self.roots[0] / "cpu.weight").write_text(str(min(10000, 100 * self._made)))
+            else:
+                (self.roots[2] / "cpu.shares").write_text(str(min(262144, 1024 * self._made)))
+
     def _make(self) -> Handle:
         self._made += 1
         dirs = [root / f"slot{self._made}" for root in self.roots]
         for d in dirs:
             d.mkdir(exist_ok=True)
+        self._weigh()
         quota = f"{self.cpu_quota_us} {CPU_PERIOD_US}"
         if self.version == "v2":
             (dirs[0] / "memory.max").write_text(str(self.memory_bytes))
