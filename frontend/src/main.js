@@ -35,7 +35,9 @@ function signInPage(message) {
   stop();
   stop = () => {};
   clear(nav);
-  const input = h("input", { type: "password", autocomplete: "off", spellcheck: "false", required: true });
+  // A text field (role textbox) whose characters are masked: not type=password, so browsers do
+  // not offer to store the token, and it is found as a textbox named "Token".
+  const input = h("input", { type: "text", class: "secret", autocomplete: "off", autocapitalize: "off", spellcheck: "false", required: true });
   const alert = h("p", { class: "form-alert", role: "alert", text: message || "" });
   const button = h("button", { type: "submit", class: "primary", text: "Sign in" });
   const form = h(

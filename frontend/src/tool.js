@@ -261,7 +261,7 @@ export function toolPage(main, ctx, { toolId, language, generate }) {
         stops.push(poll(async () => {
           const fresh = (await api("GET", `/v1/custom-tools/${q(tool.id)}`)).data;
           if (JSON.stringify(fresh) !== JSON.stringify(tool)) setTool(fresh);
-        }, 2000));
+        }, 1500));
       })
       .catch((err) => {
         clear(main, h("h1", { text: "Tool" }), h("p", { class: "form-alert", role: "alert", text: err.message }), h("a", { href: "#/", text: "All tools" }));

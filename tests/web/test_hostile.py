@@ -97,7 +97,7 @@ def test_list_and_tool_page_show_hostile_names_and_errors_as_text(
     page = tab.page
     tab.sign_in()
     row = page.get_by_role("row").filter(has=page.get_by_role("link", name="hostile-tool"))
-    expect(row.get_by_role("cell").nth(3)).to_contain_text(X)
+    expect(row.get_by_role("cell").nth(4)).to_contain_text(X)
     assert page.evaluate(NOTHING_RAN) == []
     page.get_by_role("link", name="hostile-tool").click()
     expect(page.get_by_label("Description")).to_have_value(X)

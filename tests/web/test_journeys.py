@@ -40,6 +40,10 @@ def test_sign_in_keeps_the_token_for_the_tab_only(tab: Page, live: Live) -> None
     page = tab.page
     urls: list[str] = []
     page.on("request", lambda r: urls.append(r.url))
+    page.goto(f"{live.url}/ui")
+    token_field = page.get_by_role("textbox", name="Token")
+    expect(token_field).to_be_visible()
+    assert token_field.evaluate("e => getComputedStyle(e).webkitTextSecurity") == "disc"
     tab.sign_in("not-a-token")
     expect(page.get_by_role("alert")).not_to_be_empty()
     expect(page.get_by_role("table")).to_have_count(0)
@@ -68,15 +72,16 @@ def test_counts_move_after_invocations_and_an_auto_disabled_tool_is_re_enabled(
     tab.sign_in()
     row = row_of(page, "flaky-tool")
     cells = row.get_by_role("cell")
-    expect(cells.nth(1)).to_have_text("0")
+    expect(cells.nth(0)).to_have_text("flaky-tool")
+    expect(cells.nth(2)).to_have_text("0")
     for _ in range(3):
         assert live.invoke(tool["id"], {})["status"] == "error"
     # No reload: the list polls and the row catches up by itself.
-    expect(cells.nth(1)).to_have_text("3")
     expect(cells.nth(2)).to_have_text("3")
-    expect(cells.nth(0)).to_contain_text("disabled")
-    expect(cells.nth(0)).to_contain_text("3 consecutive failures")
-    expect(cells.nth(3)).to_contain_text("kaboom")
+    expect(cells.nth(3)).to_have_text("3")
+    expect(cells.nth(1)).to_contain_text("disabled")
+    expect(cells.nth(1)).to_contain_text("3 consecutive failures")
+    expect(cells.nth(4)).to_contain_text("kaboom")
     page.get_by_label("Status").select_option("disabled")
     expect(row).to_be_visible()
     page.get_by_label("Status").select_option("active")
@@ -90,8 +95,8 @@ def test_counts_move_after_invocations_and_an_auto_disabled_tool_is_re_enabled(
     expect(page.get_by_role("button", name="Enable")).to_have_count(0)
     assert live.tool(tool["id"]).json()["data"]["failure_count"] == 0
     page.get_by_role("link", name="All tools").click()
-    expect(row_of(page, "flaky-tool").get_by_role("cell").nth(2)).to_have_text("0")
-    expect(row_of(page, "flaky-tool").get_by_role("cell").nth(0)).to_have_text("active")
+    expect(row_of(page, "flaky-tool").get_by_role("cell").nth(3)).to_have_text("0")
+    expect(row_of(page, "flaky-tool").get_by_role("cell").nth(1)).to_have_text("active")
 
 
 def test_create_refuses_a_syntax_error_at_its_line_then_edits_versions_and_deletes(
@@ -253,7 +258,7 @@ def test_a_narrow_screen_shows_the_list_and_the_editor_without_sideways_scrollin
         tab.sign_in()
         link = page.get_by_role("link", name="narrow-tool", exact=True)
         expect(link).to_be_visible()
-        expect(row_of(page, "narrow-tool").get_by_role("cell").nth(0)).to_be_visible()
+        expect(row_of(page, "narrow-tool").get_by_role("cell").nth(1)).to_be_visible()
         assert page.evaluate("document.documentElement.scrollWidth") <= 390
         tab.shot("list-narrow.png")
         link.click()
@@ -273,7 +278,7 @@ def test_the_list_screenshot(tab: Page, live: Live) -> None:
         live.invoke(flaky["id"], {})
     page = tab.page
     tab.sign_in()
-    expect(row_of(page, "inventory-check").get_by_role("cell").nth(0)).to_contain_text("disabled")
+    expect(row_of(page, "inventory-check").get_by_role("cell").nth(1)).to_contain_text("disabled")
     tab.shot("list.png")
 
 
