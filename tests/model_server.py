@@ -42,10 +42,11 @@ class Step:
     extra_calls: tuple[str, ...] = ()
 
 
-def propose(arguments: dict[str, Any] | str, *also: str) -> Step:
-    """``also`` names more functions the reply calls after ``propose_tool`` (to see them answered)."""
+def propose(arguments: dict[str, Any] | str, *also: str, as_object: bool = False) -> Step:
+    """``also`` names more functions the reply calls after ``propose_tool`` (to see them
+    answered); ``as_object`` sends the arguments as a JSON object, as some servers do."""
     text = arguments if isinstance(arguments, str) else json.dumps(arguments)
-    return Step("propose", arguments=text, extra_calls=also)
+    return Step("propose_object" if as_object else "propose", arguments=text, extra_calls=also)
 
 
 def text(content: str) -> Step:
@@ -190,13 +191,14 @@ class _Handler(BaseHTTPRequestHandler):
 
 def _completion(n: int, model: str, step: Step) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": step.content}
-    if step.kind == "propose":
+    if step.kind.startswith("propose"):
         names = ("propose_tool", *step.extra_calls)
+        first = json.loads(step.arguments) if step.kind == "propose_object" else step.arguments
         message["tool_calls"] = [
             {
                 "id": f"call_{n}_{i}",
                 "type": "function",
-                "function": {"name": name, "arguments": step.arguments if i == 0 else "{}"},
+                "function": {"name": name, "arguments": first if i == 0 else "{}"},
             }
             for i, name in enumerate(names)
         ]
@@ -209,7 +211,7 @@ def _completion(n: int, model: str, step: Step) -> dict[str, Any]:
             {
                 "index": 0,
                 "message": message,
-                "finish_reason": "tool_calls" if step.kind == "propose" else "stop",
+                "finish_reason": "tool_calls" if step.kind.startswith("propose") else "stop",
             }
         ],
         "usage": {"prompt_tokens": 1000 + n, "completion_tokens": 200, "total_tokens": 1200 + n},

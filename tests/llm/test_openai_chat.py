@@ -26,7 +26,7 @@ def test_ambient_openai_variables_do_not_travel(monkeypatch: pytest.MonkeyPatch)
     for name in ("OPENAI_API_KEY", "OPENAI_ORG_ID", "OPENAI_PROJECT_ID", "OPENAI_ADMIN_KEY"):
         monkeypatch.setenv(name, f"ambient-{name}")
     with ScriptedModel() as model:
-        model.script(propose({"name": "x"}), text("no call"))
+        model.script(propose({"name": "x"}), text("no call"), propose({"n": 1}, as_object=True))
         chat = OpenAIChat(model.url, "m", None, 5.0)
         reply = chat.complete(ASK, [], {})
         assert reply.tool_calls[0].name == "propose_tool"
@@ -35,6 +35,8 @@ def test_ambient_openai_variables_do_not_travel(monkeypatch: pytest.MonkeyPatch)
         assert (reply.prompt_tokens, reply.completion_tokens) == (1001, 200)
         second = chat.complete(ASK, [], {})
         assert second.tool_calls == [] and second.content == "no call"
+        third = chat.complete(ASK, [], {})  # arguments sent as an object still read as JSON
+        assert third.tool_calls[0].arguments == '{"n": 1}'
         for sent in model.requests:
             assert "ambient" not in str(sent.headers)
             assert sent.headers["authorization"] == "Bearer none"

@@ -13,6 +13,7 @@ endpoint's answer, its address or the key.
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 
@@ -100,11 +101,18 @@ class OpenAIChat:
         )
 
 
+def _text(arguments: Any) -> str:
+    """Arguments are JSON text; some servers send the object itself."""
+    if isinstance(arguments, str):
+        return arguments
+    return "" if arguments is None else json.dumps(arguments)
+
+
 def _reply(response: Any) -> ChatReply:
     try:
         message = response.choices[0].message
         calls = [
-            ToolCall(str(c.id), str(c.function.name), str(c.function.arguments or ""))
+            ToolCall(str(c.id), str(c.function.name), _text(c.function.arguments))
             for c in (message.tool_calls or [])
             if getattr(c, "type", "function") == "function"
         ]
