@@ -10,16 +10,21 @@ from toolkiln.domain.auth import Principal
 from toolkiln.services.container import Services
 
 
-def services(request: Request) -> Services:
+async def services(request: Request) -> Services:
+    # async: FastAPI runs a sync dependency in the thread pool (a hop per request for an
+    # attribute read); this one does no I/O.
     svc: Services = request.app.state.services
     return svc
 
 
-def principal(request: Request, svc: Annotated[Services, Depends(services)]) -> Principal:
+def bearer_of(request: Request) -> str | None:
     header = request.headers.get("authorization", "")
     scheme, _, value = header.partition(" ")
-    bearer = value.strip() if scheme.lower() == "bearer" else None
-    return svc.access.authenticate(bearer)
+    return value.strip() if scheme.lower() == "bearer" else None
+
+
+def principal(request: Request, svc: Annotated[Services, Depends(services)]) -> Principal:
+    return svc.access.authenticate(bearer_of(request))
 
 
 Svc = Annotated[Services, Depends(services)]
