@@ -165,7 +165,34 @@ def _error(exc: BaseException) -> dict:
     }
 
 
-async def _run(mr, req: dict, link, heap_bytes: int) -> dict:
+LOG_CAP = 65536
+
+
+class Fresh:
+    """An isolate made while the worker is idle, after the previous call's report was sent:
+    a new V8 isolate and context with the prelude evaluated and the ctx installer and module
+    loader compiled. It serves at most one call and is closed when that call ends."""
+
+    def __init__(self, mr_module: object, heap_bytes: int, log_cap: int = LOG_CAP) -> None:
+        self.log_cap = log_cap
+        self.mr = mr_module.MiniRacer()  # type: ignore[attr-defined]
+        try:
+            self.mr.set_hard_memory_limit(heap_bytes)
+            self.mr.eval(PRELUDE.replace("__TK_LOG_CAP__", str(int(log_cap))))
+            self.install_ctx = self.mr.eval(INSTALL_CTX)
+            self.loader = self.mr.eval(LOADER)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        # JS handles first: they are freed against their context.
+        self.install_ctx = self.loader = None
+        self.mr.close()
+
+
+async def _run(fresh: Fresh, req: dict, link) -> dict:
+    mr = fresh.mr
     calls = {"n": 0}
 
     async def host(*args: object) -> str:
@@ -179,15 +206,13 @@ async def _run(mr, req: dict, link, heap_bytes: int) -> dict:
         calls["n"] += 1
         return json.dumps(link.call(name, payload))
 
-    mr.set_hard_memory_limit(heap_bytes)
     async with mr.wrap_py_function(host) as js_host:
-        mr.eval(PRELUDE.replace("__TK_LOG_CAP__", str(int(req.get("log_cap", 65536)))))
-        mr.eval(INSTALL_CTX)(js_host, json.dumps(req.get("context") or {}))
+        fresh.install_ctx(js_host, json.dumps(req.get("context") or {}))
         sources = {}
         for name, path in (req.get("modules") or {}).items():
             with open(path, encoding="utf-8") as f:  # under /pkgs, read-only
                 sources[name] = f.read()
-        mr.eval(LOADER)(json.dumps(sources), json.dumps(req.get("listed") or []))
+        fresh.loader(json.dumps(sources), json.dumps(req.get("listed") or []))
         try:
             mr.eval(req["code"])
         except Exception as exc:
@@ -211,17 +236,39 @@ async def _run(mr, req: dict, link, heap_bytes: int) -> dict:
         return {"kind": "return", "value": json.loads(value)}
 
 
-async def _one(mr_module: object, req: dict, link, heap: int) -> tuple[dict, dict]:
-    """One call in a fresh isolate, made and closed inside this coroutine."""
-    mr = mr_module.MiniRacer()  # type: ignore[attr-defined]
+async def _prepare(mr_module: object, heap: int, log_cap: int = LOG_CAP) -> Fresh | None:
+    # Made inside a coroutine: an isolate binds to the running loop (the worker's own).
     try:
-        report = await _run(mr, req, link, heap)
-        logs = json.loads(mr.eval("__tk_logs()"))
+        return Fresh(mr_module, heap, log_cap)
+    except Exception:
+        return None  # made again, and its error reported, when a call needs it
+
+
+async def _one(box: list, mr_module: object, req: dict, link, heap: int) -> tuple[dict, dict]:
+    """One call in its own isolate: ``box[0]``, prepared, or one made now and put there
+    (whoever holds the box closes it once the report is sent)."""
+    try:
+        log_cap = int(req.get("log_cap", LOG_CAP))
+        if box[0] is None or box[0].log_cap != log_cap:
+            if box[0] is not None:
+                box[0].close()
+            box[0] = None
+            box[0] = Fresh(mr_module, heap, log_cap)
+        report = await _run(box[0], req, link)
+        logs = json.loads(box[0].mr.eval("__tk_logs()"))
     except Exception as exc:
         report, logs = _error(exc), {"out": [], "err": [], "dropped": 0}
-    finally:
-        mr.close()
     return report, logs
+
+
+def _settle(loop: asyncio.AbstractEventLoop) -> None:
+    """What ``asyncio.run`` does on the way out: nothing a call started outlives it."""
+    pending = asyncio.all_tasks(loop)
+    for task in pending:
+        task.cancel()
+    if pending:
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+    loop.run_until_complete(loop.shutdown_asyncgens())
 
 
 def serve(sock: socket.socket, cfg: dict, mr_module: object, link_factory) -> None:
@@ -231,6 +278,8 @@ def serve(sock: socket.socket, cfg: dict, mr_module: object, link_factory) -> No
     attached (SCM_RIGHTS); the call's request, ctx frames and result travel on that channel,
     which is closed when the call ends, so no byte of one call can be read by the next."""
     heap = int(cfg.get("js_heap_mb", 128)) * 1024 * 1024
+    loop = asyncio.new_event_loop()
+    fresh = loop.run_until_complete(_prepare(mr_module, heap))
     while True:
         try:
             msg, fds, _, _ = socket.recv_fds(sock, 1, 1)
@@ -239,20 +288,34 @@ def serve(sock: socket.socket, cfg: dict, mr_module: object, link_factory) -> No
         if not msg or len(fds) != 1:
             return  # not the host's way of starting a call: stop serving
         chan = socket.socket(fileno=fds[0])
+        link = link_factory(chan, int(cfg["max_reply_bytes"]))
         try:
-            _serve_call(chan, cfg, mr_module, link_factory(chan, int(cfg["max_reply_bytes"])), heap)
+            _serve_call(chan, cfg, mr_module, link, heap, loop, fresh)
         except (OSError, protocol.FrameError):
             pass  # the host gave up on this call (and will retire us if it must)
         finally:
             chan.close()
+        # Off the call's path, while idle: the next call's isolate.
+        fresh = loop.run_until_complete(_prepare(mr_module, heap))
 
 
-def _serve_call(chan: socket.socket, cfg: dict, mr_module: object, link, heap: int) -> None:
+def _serve_call(chan: socket.socket, cfg: dict, mr_module: object, link, heap: int, loop, fresh):
+    """One call; its isolate (prepared or made now) is closed once the report is sent."""
+    box = [fresh]
+    try:
+        _answer(chan, cfg, mr_module, link, heap, loop, box)
+    finally:
+        if box[0] is not None:
+            box[0].close()
+
+
+def _answer(chan: socket.socket, cfg: dict, mr_module: object, link, heap: int, loop, box):
     req = link.reader.recv(int(cfg["max_request_bytes"]))
     if not isinstance(req, dict) or req.get("op") != protocol.RUN:
         return
     link.run = req.get("run")
-    report, logs = asyncio.run(_one(mr_module, req, link, heap))
+    report, logs = loop.run_until_complete(_one(box, mr_module, req, link, heap))
+    _settle(loop)
     marker = f"\n[truncated: {logs['dropped']} more bytes]" if logs.get("dropped") else ""
     report.update(
         op=protocol.RESULT,
