@@ -157,6 +157,7 @@ def test_a_syntax_error_goes_back_with_its_line_and_the_fix_is_the_draft(
     assert answer["accepted"] is False and answer["attempts_left"] == 2
     (code_problem,) = [p for p in answer["problems"] if p["field"] == "code"]
     assert code_problem["line"] == 2
+    assert "- code (line 2, column " in answer["summary"]  # and as text, for any reader
     # The conversation went on: system, user, the first proposal, its answer.
     roles = [m["role"] for m in model_server.requests[1].messages]
     assert roles == ["system", "user", "assistant", "tool"]

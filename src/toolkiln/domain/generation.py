@@ -257,6 +257,7 @@ def problems_message(problems: list[Problem], attempt: int, max_attempts: int) -
             "attempt": attempt,
             "attempts_left": max_attempts - attempt,
             "problems": problems,
+            "summary": "\n".join(_said(p) for p in problems),
             "instruction": (
                 f"Fix every problem (lines are 1-based, in the code) and call {FUNCTION_NAME} "
                 "again with the whole tool."
@@ -264,6 +265,14 @@ def problems_message(problems: list[Problem], attempt: int, max_attempts: int) -
         },
         ensure_ascii=False,
     )
+
+
+def _said(p: Problem) -> str:
+    """One problem as a line of text: where, then what."""
+    where = p.get("field", "")
+    if "line" in p:
+        where += f" (line {p['line']}" + (f", column {p['column']})" if "column" in p else ")")
+    return f"- {where}: {p.get('message', '')}"
 
 
 def case_of_example(index: int, example: dict[str, Any], result: Result) -> dict[str, Any]:
