@@ -183,6 +183,29 @@ def test_an_example_that_misses_its_expected_goes_back(
     assert "0.1487" in p["message"] and "0.2" in p["message"]
 
 
+@pytest.mark.parametrize(
+    ("expected", "expect"),
+    [
+        ({"cagr": 0.1487, "formatted": "14.87%"}, {"raw_data": EXPECTED["raw_data"]}),
+        ("14.87%", {"message": "14.87%"}),
+        ({"status": "ok", "message": "14.87%"}, {"message": "14.87%"}),
+    ],
+)
+def test_expected_may_be_the_value_itself_or_a_partial_result(
+    client: TestClient, space: Space, rw, model_server: ScriptedModel, expected, expect
+) -> None:
+    example = {"input": {"start_value": 100, "end_value": 200, "years": 5}, "expected": expected}
+    wrong = {**example, "expected": {"cagr": 0.5}}
+    model_server.script(propose(cagr(examples=[wrong])), propose(cagr(examples=[example])))
+    r = generate(client, space, rw)
+    assert r.status_code == 200, r.text
+    draft = r.json()["data"]
+    assert draft["examples"][0]["expected"] == expected
+    assert draft["test_cases"][0]["expect"] == {"status": "ok", **expect}
+    (p,) = answer_to_first_call(model_server, 1)["problems"]
+    assert p["field"] == "examples.0.expected.raw_data"
+
+
 def test_an_example_without_expected_runs_and_its_result_becomes_the_test_case(
     client: TestClient, space: Space, rw, model_server: ScriptedModel
 ) -> None:

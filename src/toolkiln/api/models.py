@@ -295,7 +295,9 @@ class GenerateIn(Body):
 
 class Example(BaseModel):
     input: dict[str, Any]
-    expected: dict[str, Any] | None = None
+    expected: Any = Field(
+        None, description="As the model gave it; see the test case for how it is read."
+    )
     result: Result
 
 

@@ -12,7 +12,7 @@ from typing import Any
 from toolkiln.domain.builtin import BuiltinSpec
 from toolkiln.domain.problems import Problem, problem
 from toolkiln.domain.results import Result
-from toolkiln.domain.testcases import check_expect, mismatch
+from toolkiln.domain.testcases import EXPECT_KEYS, check_expect, mismatch
 from toolkiln.domain.tools import ToolDraft
 
 FUNCTION_NAME = "propose_tool"
@@ -219,11 +219,24 @@ def _examples(raw: Any, problems: list[Problem]) -> list[dict[str, Any]]:
             problems.append(problem(where, 'must be {"input": {...}, "expected": {...}}'))
             continue
         example: dict[str, Any] = {"input": item.get("input", {})}
-        if item.get("expected") is not None:
-            problems.extend(check_expect(f"{where}.expected", item["expected"]))
+        if item.get("expected") not in (None, {}):
             example["expected"] = item["expected"]
+            example["expect"] = as_expect(item["expected"])
         out.append(example)
     return out
+
+
+def as_expect(expected: Any) -> dict[str, Any]:
+    """An example's ``expected`` as a partial Result. Models write it either way: as a
+    partial Result (``{"raw_data": ...}``), or as the value the tool returns (the seed's
+    ``{"cagr": 0.1487, ...}``, or a message string). Only a valid partial Result is read as
+    one; any other object or value is the expected ``raw_data``, a string the ``message``."""
+    if isinstance(expected, dict) and expected and set(expected) <= set(EXPECT_KEYS):
+        if not check_expect("expected", expected):
+            return dict(expected)
+    if isinstance(expected, str):
+        return {"message": expected}
+    return {"raw_data": expected}
 
 
 def example_problems(index: int, example: dict[str, Any], result: Result) -> list[Problem]:
@@ -245,7 +258,7 @@ def example_problems(index: int, example: dict[str, Any], result: Result) -> lis
             f"{where}.expected.{m['field']}",
             f"expected {_quote(m['expected'])}, the run gave {_quote(m['actual'])}",
         )
-        for m in mismatch(example.get("expected") or {}, result)
+        for m in mismatch(example.get("expect") or {}, result)
     ]
 
 
@@ -278,8 +291,8 @@ def _said(p: Problem) -> str:
 def case_of_example(index: int, example: dict[str, Any], result: Result) -> dict[str, Any]:
     """An example as a test case: its expected, or else what it gave, must come out again."""
     expect: dict[str, Any] = {"status": "ok"}
-    if example.get("expected"):
-        expect.update(example["expected"])
+    if example.get("expect"):
+        expect.update(example["expect"])
     elif result.raw_data is not None:
         expect["raw_data"] = result.raw_data
     else:

@@ -267,7 +267,7 @@ def _draft(
         "code": d.code,
         "execution_message_description": d.execution_message_description,
         "examples": [
-            {**example, "result": result.as_dict()}
+            {**_shown(example), "result": result.as_dict()}
             for example, result in zip(proposal.examples, results, strict=True)
         ],
         "test_cases": [
@@ -277,6 +277,11 @@ def _draft(
         "attempts": run.attempts,
         "usage": run.usage.as_dict(),
     }
+
+
+def _shown(example: dict[str, Any]) -> dict[str, Any]:
+    """An example as the model gave it (its ``expected`` as read is in the test case)."""
+    return {k: v for k, v in example.items() if k != "expect"}
 
 
 def _request_problems(request: GenerateRequest) -> list[Problem]:
