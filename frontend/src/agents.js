@@ -32,7 +32,7 @@ export function agentsPage(main, ctx) {
     const agent = agents.find((a) => a.id === picker.value);
     if (!agent) return;
     const [tools, enabled] = await Promise.all([
-      all(`/v1/custom-tools?workspace_id=${q(ctx.workspaceId)}`),
+      all(`/v1/custom-tools?workspace_id=${q(ctx.workspaceId)}&limit=500`),
       api("GET", `/v1/agents/${q(agent.id)}/custom-tools`),
     ]);
     const pins = new Map(enabled.data.map((e) => [e.tool_id, e.version]));

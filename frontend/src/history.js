@@ -80,10 +80,23 @@ export function historySections(initial, ctx) {
     }
   };
 
+  // The audit lists oldest first: remember the cursor of the last full page, so a refresh
+  // reads only what is new (one request, usually), and keep the newest rows.
+  let auditCursor = null;
+  let seen = new Map();
   const loadAudit = async () => {
-    const page = await api("GET", `/v1/audit?tool_id=${q(tool.id)}&limit=50`);
-    const rows = page.data;
+    let cursor = auditCursor;
+    for (let i = 0; i < 100; i += 1) {
+      const page = await api("GET", `/v1/audit?tool_id=${q(tool.id)}&limit=500${cursor ? `&cursor=${q(cursor)}` : ""}`);
+      for (const r of page.data) seen.set(r.id, r);
+      if (!page.next_cursor) break;
+      cursor = page.next_cursor;
+      auditCursor = cursor;
+    }
+    const rows = [...seen.values()].sort((a, b) => Number(b.id) - Number(a.id)).slice(0, 200);
+    seen = new Map(rows.map((r) => [r.id, r]));
     const calls = rows.filter((r) => r.event === "tool.invoked").slice(0, 20);
+    const shown = rows.slice(0, 50);
     clear(callsBody, calls.map((r) => {
       const d = (r.data && typeof r.data === "object") ? r.data : {};
       return h(
@@ -96,7 +109,7 @@ export function historySections(initial, ctx) {
         h("td", {}, r.tool_call_id ? h("button", { type: "button", class: "link", onclick: () => showCall(r.tool_call_id), text: "Show result", "aria-label": `Show result of call ${r.tool_call_id}` }) : ""),
       );
     }));
-    clear(auditBody, rows.map((r) => h("tr", {}, h("td", { text: when(r.created_at) }), h("td", { text: r.event }), h("td", { text: r.source || "" }), h("td", {}, h("pre", { class: "wrap", text: pretty(r.data) })))));
+    clear(auditBody, shown.map((r) => h("tr", {}, h("td", { text: when(r.created_at) }), h("td", { text: r.event }), h("td", { text: r.source || "" }), h("td", {}, h("pre", { class: "wrap", text: pretty(r.data) })))));
   };
 
   const refreshAll = async () => {

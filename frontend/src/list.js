@@ -104,7 +104,7 @@ export function listPage(main, ctx) {
   };
   const load = async () => {
     try {
-      tools = await all(`/v1/custom-tools?workspace_id=${q(ctx.workspaceId)}`);
+      tools = await all(`/v1/custom-tools?workspace_id=${q(ctx.workspaceId)}&limit=500`);
       tools.sort((a, b) => a.name.localeCompare(b.name));
       alert.textContent = "";
       draw();
