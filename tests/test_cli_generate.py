@@ -11,6 +11,8 @@ from pathlib import Path
 
 from tests.api.test_generate import DESCRIPTION, cagr
 from tests.model_server import ScriptedModel, propose
+from toolkiln.app import build
+from toolkiln.config import Settings
 
 
 def run(data_dir: Path, model: ScriptedModel, *args: str) -> subprocess.CompletedProcess[str]:
@@ -35,7 +37,9 @@ def run(data_dir: Path, model: ScriptedModel, *args: str) -> subprocess.Complete
 
 def test_generate_saves_a_proven_tool(tmp_path: Path, model_server: ScriptedModel) -> None:
     # One process only: each start brings up the sandbox pools, which is most of its cost.
-    assert run(tmp_path, model_server, "workspace", "create", "acme").returncode == 0
+    made = build(Settings(data_dir=tmp_path), sandbox=False)
+    made.services.access.create_workspace(None, "acme")
+    made.close()
     model_server.script(propose(cagr(code="def main(**p):\n    return (\n")), propose(cagr()))
     saved = run(tmp_path, model_server, "generate", "--workspace", "acme", "--save", DESCRIPTION)
     assert saved.returncode == 0, saved.stderr

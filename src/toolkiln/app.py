@@ -17,7 +17,6 @@ from toolkiln.builtins.files import SurfaceFile
 from toolkiln.builtins.search import WebSearch, make_provider
 from toolkiln.config import Settings
 from toolkiln.domain.errors import ServiceUnavailable
-from toolkiln.llm.openai_chat import OpenAIChat
 from toolkiln.mcp_server.http import McpHttp
 from toolkiln.sandbox.js_runner import JavaScriptSandbox
 from toolkiln.sandbox.packages import JsPackageStore, PackageStore
@@ -125,6 +124,10 @@ def build(settings: Settings, *, migrate: bool = True, sandbox: bool = True) -> 
 def _chat_model(settings: Settings) -> ChatModel | None:
     if not settings.llm_base_url or not settings.llm_model:
         return None
+    # Imported only when configured: the SDK takes about a second to import, which every
+    # CLI command would otherwise pay.
+    from toolkiln.llm.openai_chat import OpenAIChat
+
     key = settings.llm_api_key
     return OpenAIChat(
         settings.llm_base_url,
