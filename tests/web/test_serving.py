@@ -9,6 +9,7 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from tests.conftest import own_service
 from toolkiln import web
 
 
@@ -62,3 +63,11 @@ def test_an_unbuilt_view_says_how_to_build_it(tmp_path: Path) -> None:
     res = client_for(tmp_path).get("/ui")
     assert res.status_code == 503
     assert "make install" in res.text
+
+
+def test_the_service_serves_no_page_with_outside_script(tmp_path: Path) -> None:
+    """The view's origin runs no script it did not ship: no Swagger UI or ReDoc from a CDN."""
+    with own_service(tmp_path, "serving-admin-token") as (_, client, _who):
+        for path in ("/docs", "/redoc", "/docs/oauth2-redirect"):
+            assert client.get(path).status_code == 404, path
+        assert client.get("/openapi.json").status_code == 200

@@ -40,6 +40,10 @@ def create_app(
         description="Custom AI-agent tools: registry, sandboxed execution, audit.",
         lifespan=lifespan,
         responses=error_responses,
+        # No Swagger UI or ReDoc pages: they load script from a CDN into this origin, where the
+        # view keeps its token (docs/ui.md); /openapi.json stays.
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.services = services
     app.state.metrics_token = metrics_token
