@@ -145,9 +145,23 @@ def kill_when_reported(sb: PythonSandbox, sig: int) -> Link:
     return Link(kill)
 
 
+BURN_REPORT_AND_WAIT = (
+    "import os, time\n"
+    "def handle(i, c):\n"
+    "    while time.process_time() < 1.2:\n"  # a busy tool: past any CPU-time guess
+    "        pass\n"
+    "    c.audit('uid', os.getuid())\n"
+    "    time.sleep(20)\n"
+    "    return 'not killed'"
+)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
-def test_a_python_call_killed_from_outside_is_infra(python: PythonSandbox, sig: int) -> None:
-    out = run(python, PY_REPORT_AND_WAIT, kill_when_reported(python, sig))
+@pytest.mark.parametrize("code", [PY_REPORT_AND_WAIT, BURN_REPORT_AND_WAIT], ids=["idle", "busy"])
+def test_a_python_call_killed_from_outside_is_infra(
+    python: PythonSandbox, sig: int, code: str
+) -> None:
+    out = run(python, code, kill_when_reported(python, sig), timeout_ms=15000)
     assert out.kind == "infra", (out.kind, out.message)
     assert signal.Signals(sig).name in out.message
     assert run(python, PY_OK).kind == "return"

@@ -58,6 +58,17 @@ FORGED_DEATHS = {
         "    while True:\n"
         "        pass"
     ),
+    "ignore-sigxcpu-and-burn": (
+        "import signal, threading\n"
+        "def burn():\n"
+        "    while True:\n"
+        "        pass\n"
+        "def handle(i, c):\n"
+        "    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGXCPU})\n"
+        "    for _ in range(3):\n"
+        "        threading.Thread(target=burn, daemon=True).start()\n"
+        "    burn()"
+    ),
     "abort": "import os\ndef handle(i, c):\n    os.abort()",
     "sigusr1-unhandled": "import os\ndef handle(i, c):\n    os.kill(os.getpid(), 10)",
     "exit-code": "import os\ndef handle(i, c):\n    os._exit(1)",

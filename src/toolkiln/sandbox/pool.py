@@ -15,6 +15,7 @@ import contextlib
 import json
 import logging
 import os
+import resource
 import select
 import signal
 import socket
@@ -32,16 +33,13 @@ log = logging.getLogger("toolkiln.sandbox")
 TEMPLATE = Path(__file__).parent / "jail" / "template.py"
 
 # Signals tool code cannot send itself: seccomp refuses them in kill/tkill/tgkill and refuses
-# the other ways to pick a signal (timer_create, fcntl F_SETSIG). A death by one of them that
-# neither the cgroup's OOM killer nor the CPU limit explains came from outside the sandbox.
+# the other ways to pick a signal (timer_create, fcntl F_SETSIG). The kernel's own SIGKILL
+# for RLIMIT_CPU cannot come first either: tools may not change RLIMIT_CPU, and its hard
+# limit is set past what any call can use before its deadline (jail/child.py). So a death by
+# one of them that the cgroup's OOM killer does not explain came from outside the sandbox.
 OUTSIDE_SIGNALS = frozenset(
     {signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT}
 )
-# The kernel's RLIMIT_CPU hard limit (never below 1 s, and a tool may lower its own) ends a
-# process with SIGKILL. The CPU time the template reads from wait4 runs ~15% below the
-# limit on this VM (measured: 0.84-0.87 s at a 1 s limit), so a SIGKILL after half a second
-# of CPU is read as the CPU limit: the tool's timeout, counted.
-CPU_LIMIT_KILL_S = 0.5
 BACKOFF_FIRST_S, BACKOFF_MAX_S = 0.05, 5.0
 
 
@@ -60,6 +58,13 @@ class WarmChild:
     cgroup: Handle | None = None
     uses: int = 0  # calls served (JavaScript workers serve several)
     gen: int = 0  # which template process forked it
+
+    def limit_cpu(self, seconds: int) -> None:
+        """The call's CPU-time soft limit (SIGXCPU), set by the host: tool code may not touch
+        RLIMIT_CPU. The hard limit stays the backstop set when the child was made."""
+        with contextlib.suppress(OSError, ValueError):
+            _, hard = resource.prlimit(self.global_pid, resource.RLIMIT_CPU)
+            resource.prlimit(self.global_pid, resource.RLIMIT_CPU, (min(seconds, hard), hard))
 
     def alive(self) -> bool:
         """A pidfd polls readable once its process has ended."""
@@ -88,18 +93,12 @@ class ExitInfo:
     code: int | None
     signal: int | None
     oom: bool
-    cpu_s: float = 0.0
     outside: str | None = None  # set when the death is not the tool's doing (infra_error)
 
-    @property
-    def cpu_limit(self) -> bool:
-        """Killed by the kernel at the CPU-time hard limit (the tool's own time ran out)."""
-        return self.signal == signal.SIGKILL and self.cpu_s >= CPU_LIMIT_KILL_S
 
-
-def judge(code: int | None, sig: int | None, oom: bool, cpu_s: float) -> ExitInfo:
-    info = ExitInfo(code, sig, oom, cpu_s)
-    if sig in OUTSIDE_SIGNALS and not oom and not info.cpu_limit:
+def judge(code: int | None, sig: int | None, oom: bool) -> ExitInfo:
+    info = ExitInfo(code, sig, oom)
+    if sig in OUTSIDE_SIGNALS and not oom:
         info.outside = f"the sandbox process was killed by {signal.Signals(sig).name} from outside"
     return info
 
@@ -298,8 +297,7 @@ class Template:
         oom = self.cgroups.oom_killed(handle) if self.cgroups else False
         if self.cgroups:
             self.cgroups.release(handle)
-        cpu = msg.get("cpu_s")
-        info = judge(msg.get("code"), msg.get("signal"), oom, float(cpu) if cpu else 0.0)
+        info = judge(msg.get("code"), msg.get("signal"), oom)
         with self._cond:
             self._exits[key] = info
             if len(self._exits) > 4096:  # forget the oldest reports nobody asked for

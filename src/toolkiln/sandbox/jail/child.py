@@ -13,7 +13,12 @@ import linux
 def _limits(cfg: dict) -> None:
     mb = 1024 * 1024
     cpu = int(cfg["max_cpu_s"])
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    # The soft limit (SIGXCPU) is the host's to lower per call; tool code may not change
+    # RLIMIT_CPU at all (seccomp). The hard limit's SIGKILL must never come before the host's
+    # own deadline, or it would look like a kill from outside (pool.OUTSIDE_SIGNALS): every
+    # CPU busy for the longest call, and a margin.
+    hard = cpu * len(os.sched_getaffinity(0)) + 2
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, hard))
     if cfg.get("runtime") != "javascript":
         # V8 aborts under RLIMIT_AS; JavaScript workers rely on V8's heap limit and the cgroup.
         resource.setrlimit(resource.RLIMIT_AS, (int(cfg["address_space_mb"]) * mb,) * 2)

@@ -9,7 +9,6 @@ import importlib.abc
 import inspect
 import io
 import os
-import resource
 import socket
 import sys
 
@@ -262,9 +261,6 @@ def serve(sock: socket.socket, cfg: dict) -> None:
         _warm_up(link, finder)
     req = link.reader.recv(int(cfg["max_request_bytes"]))
     link.run = req.get("run")
-    cpu = max(1, min(int(cfg["max_cpu_s"]), int(req.get("timeout_ms", 5000)) // 1000 + 1))
-    # Soft below hard: SIGXCPU first (reported as a timeout), SIGKILL a second later.
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
     sys.stdout, sys.stderr = out, err
     report = _execute(req, link, finder)
     sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__

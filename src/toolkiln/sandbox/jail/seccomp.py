@@ -10,6 +10,7 @@ Rules (from how other sandboxes broke, see docs/security.md):
   ``mprotect(PROT_EXEC)``; with every writable place mounted ``noexec``, tool code cannot
   create native code of its own;
 - no signal a tool could use to fake a death from outside (SIGKILL, SIGTERM, ...), no
+  change of its own RLIMIT_CPU (the host sets it), no
   priority-inheritance futexes, no host-wide counters (``sysinfo``);
 - argument checks compare the low 32 bits only where the kernel itself truncates to 32 bits
   (ioctl request, int options), and also require the high 32 bits to be zero elsewhere.
@@ -78,7 +79,7 @@ ALLOW = {
     "rt_sigsuspend": 130, "sigaltstack": 131, "utime": 132, "statfs": 137, "fstatfs": 138,
     "getpriority": 140, "sched_getparam": 143, "sched_getscheduler": 145,
     "sched_get_priority_max": 146, "sched_get_priority_min": 147, "arch_prctl": 158,
-    "setrlimit": 160, "gettid": 186, "time": 201,
+    "gettid": 186, "time": 201,
     "sched_getaffinity": 204, "epoll_create": 213, "getdents64": 217,
     "set_tid_address": 218, "restart_syscall": 219, "fadvise64": 221,
     "timer_settime": 223, "timer_gettime": 224, "timer_getoverrun": 225, "timer_delete": 226,
@@ -113,8 +114,9 @@ REFUSE = {
 SYS = {
     "mmap": 9, "mprotect": 10, "ioctl": 16, "socketpair": 53, "clone": 56,
     "prctl": 157, "prlimit64": 302, "clone3": 435, "pkey_mprotect": 329,
-    "kill": 62, "tkill": 200, "tgkill": 234, "fcntl": 72, "futex": 202,
+    "kill": 62, "tkill": 200, "tgkill": 234, "fcntl": 72, "futex": 202, "setrlimit": 160,
 }  # fmt: skip
+RLIMIT_CPU = 0
 
 # Signals a tool may not send itself, so that a death by one of them tells the host it came
 # from outside (toolkiln.sandbox.pool.OUTSIDE_SIGNALS): SIGHUP, SIGINT, SIGQUIT, SIGKILL, SIGTERM.
@@ -234,8 +236,24 @@ def build_filter() -> bytes:
         SYS["prctl"],
         _one_of(_arg_lo(0), [PR_SET_NAME, PR_GET_NAME, PR_GET_DUMPABLE], RET_ALLOW, eperm),
     )
-    # prlimit64 only on the calling process (pid 0): glibc's getrlimit/setrlimit use it.
-    prog += _guarded(SYS["prlimit64"], _only_if_zero(_arg_lo(0), RET_ALLOW, eperm))
+    # prlimit64 only on the calling process (pid 0): glibc's getrlimit/setrlimit use it. And
+    # RLIMIT_CPU may be read, never set: the host sets it (see OUTSIDE_SIGNALS).
+    prog += _guarded(
+        SYS["prlimit64"],
+        [
+            _load(_arg_lo(0)),
+            _stmt(JEQ_K, 0, 1, 0),
+            _ret(eperm),
+            _load(_arg_lo(1)),
+            _stmt(JEQ_K, RLIMIT_CPU, 1, 0),
+            _ret(RET_ALLOW),
+            _load(_arg_lo(2)),
+            _stmt(JEQ_K, 0, 1, 0),
+            _ret(eperm),
+            *_only_if_zero(_arg_hi(2), RET_ALLOW, eperm),
+        ],
+    )
+    prog += _guarded(SYS["setrlimit"], _one_of(_arg_lo(0), [RLIMIT_CPU], eperm, RET_ALLOW))
     # socketpair(AF_UNIX, ...) only: asyncio's self-pipe. No call can create any other socket.
     prog += _guarded(SYS["socketpair"], _one_of(_arg_lo(0), [AF_UNIX], RET_ALLOW, RET_KILL_PROCESS))
     prog.append(_ret(RET_KILL_PROCESS))
