@@ -259,8 +259,13 @@ export function toolPage(main, ctx, { toolId, language, generate }) {
         build(tool);
         setTool(tool, ctx.takeFlash());
         stops.push(poll(async () => {
-          const fresh = (await api("GET", `/v1/custom-tools/${q(tool.id)}`)).data;
-          if (JSON.stringify(fresh) !== JSON.stringify(tool)) setTool(fresh);
+          try {
+            const fresh = (await api("GET", `/v1/custom-tools/${q(tool.id)}`)).data;
+            if (JSON.stringify(fresh) !== JSON.stringify(tool)) setTool(fresh);
+          } catch (err) {
+            if (err instanceof ApiError && err.status === 404) alert.textContent = err.message;
+            throw err;
+          }
         }, 1500));
       })
       .catch((err) => {

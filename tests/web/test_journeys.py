@@ -355,3 +355,39 @@ def test_problems_are_marked_as_you_type_without_saving(tab: Page, live: Live) -
     expect(page.locator(".cm-lintRange-error")).to_have_count(0)
     names = [t["name"] for t in live.http.get("/v1/custom-tools").json()["data"]]
     assert "typed-tool" not in names and "Typed Tool" not in names
+
+
+def test_a_javascript_tool_from_its_template_is_saved_and_test_run(tab: Page, live: Live) -> None:
+    page = tab.page
+    tab.sign_in()
+    page.get_by_role("button", name="New tool").click()
+    editor = page.get_by_role("textbox", name="Code")
+    expect(editor).to_contain_text("def main(**params):")
+    page.get_by_label("Language").select_option("javascript")
+    expect(editor).to_contain_text("async function main(params) {")
+    page.get_by_label("Name").fill("hello-js")
+    page.get_by_role("button", name="Save").click()
+    expect(page.get_by_role("heading", name="Tool: hello-js")).to_be_visible()
+    expect(page.get_by_label("Language")).to_have_value("javascript")
+    page.get_by_label("Input").fill('{"name": "Ada"}')
+    page.get_by_role("button", name="Test").click()
+    expect(page.get_by_test_id("result-status")).to_have_text("ok")
+    expect(page.get_by_test_id("result-message")).to_have_text("Hello, Ada!")
+    # A JavaScript syntax error is marked at its line too.
+    set_code(page, "async function main(params) {\n  return { message: ( };\n}\n")
+    page.get_by_role("button", name="Save").click()
+    expect(page.locator("[data-field=code] .field-error")).to_contain_text("line 2")
+    tool_id = page.url.rsplit("/", 1)[1]
+    assert live.tool(tool_id).json()["data"]["version"] == 1
+
+
+def test_a_tool_deleted_elsewhere_says_so_on_its_page(tab: Page, live: Live) -> None:
+    tool = live.create_tool(name="short-lived", code=ORDER, input_schema=ORDER_SCHEMA)
+    page = tab.page
+    tab.sign_in()
+    page.get_by_role("link", name="short-lived", exact=True).click()
+    expect(page.get_by_role("heading", name="Tool: short-lived")).to_be_visible()
+    assert live.http.delete(f"/v1/custom-tools/{tool['id']}").status_code == 204
+    gone = live.tool(tool["id"])
+    assert gone.status_code == 404
+    expect(page.get_by_role("alert").first).to_have_text(gone.json()["error"]["message"])
