@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import re
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -41,10 +44,18 @@ HTTP_CODES = {
 }
 
 
-def envelope(status: int, code: str, message: str, details: Any = None) -> JSONResponse:
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+def envelope(
+    status: int,
+    code: str,
+    message: str,
+    details: Any = None,
+    headers: Mapping[str, str] | None = None,
+) -> JSONResponse:
+    headers = dict(headers or {})
+    if status == 401:
+        headers["WWW-Authenticate"] = "Bearer"
     body = {"error": {"code": code, "message": message, "details": details}}
-    return JSONResponse(body, status_code=status, headers=headers)
+    return JSONResponse(body, status_code=status, headers=headers or None)
 
 
 def status_of(exc: errors.ToolkilnError) -> int:
@@ -60,6 +71,32 @@ def field_problems(exc_errors: list[Any]) -> list[dict[str, Any]]:
         loc = [str(p) for p in err.get("loc", ()) if p not in ("body", "query", "path")]
         out.append({"field": ".".join(loc) or "body", "message": err.get("msg", "invalid")})
     return out
+
+
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def allowed_methods(request: Request) -> list[str] | None:
+    """The methods the OpenAPI document lists for this path (RFC 9110 15.5.6: a 405 carries
+    ``Allow``), or None for a path the document does not show.
+
+    Starlette's own header names only the first route that matched, and one path can be
+    served by several routes (GET and POST on /v1/workspaces); where a fixed path and a
+    template both match (``/v1/custom-tools/runtimes`` and ``.../{tool_id}``), the fixed
+    one is the path's.
+    """
+    paths: dict[str, dict[str, Any]] = request.app.openapi().get("paths", {})
+    matching = [t for t in paths if _template(t).fullmatch(request.url.path)]
+    if not matching:
+        return None
+    best = min(matching, key=lambda t: (t.count("{"), t))
+    return sorted(m.upper() for m in paths[best])
+
+
+@functools.lru_cache(maxsize=256)
+def _template(path: str) -> re.Pattern[str]:
+    parts = re.split(r"\{[^}]+\}", path)
+    return re.compile("[^/]+".join(re.escape(p) for p in parts))
 
 
 def install(app: FastAPI) -> None:
@@ -80,10 +117,14 @@ def install(app: FastAPI) -> None:
         return envelope(422, "validation_error", "The request breaks the rules.", problems)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = HTTP_CODES.get(exc.status_code, "http_error")
         message = exc.detail if isinstance(exc.detail, str) else "The request failed."
-        return envelope(exc.status_code, code, message)
+        headers = dict(exc.headers or {})
+        allowed = allowed_methods(request) if exc.status_code == 405 else None
+        if allowed:
+            headers["Allow"] = ", ".join(allowed)
+        return envelope(exc.status_code, code, message, headers=headers)
 
     @app.exception_handler(RecursionError)
     async def _deep(_: Request, _exc: RecursionError) -> JSONResponse:

@@ -12,12 +12,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from toolkiln.api.errors import envelope
 
 
-class BodyTooLarge(Exception):
-    pass
-
-
 class BodyLimit:
-    """Refuse bodies over ``max_bytes`` (413) and bodies that are not JSON (415)."""
+    """Refuse bodies over ``max_bytes`` (413) and bodies that are not JSON (415).
+
+    The body is read here, in full, before the app sees it, whether it comes with a
+    ``Content-Length`` or chunked: so an oversized body is always a 413, never a parse error.
+    Bodies are capped at ``max_bytes`` (1 MiB), so holding one in memory is bounded.
+    """
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app = app
@@ -43,28 +44,34 @@ class BodyLimit:
             )
             await response(scope, receive, send)
             return
+        if not has_body:
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
         seen = 0
-        started = False
-
-        async def limited_receive() -> Message:
-            nonlocal seen
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    raise BodyTooLarge
-            return message
-
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, limited_receive, tracking_send)
-        except BodyTooLarge:
-            if not started:
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            seen += len(chunk)
+            if seen > self.max_bytes:
                 await self._refuse(scope, receive, send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         response = envelope(

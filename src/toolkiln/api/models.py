@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Generic, Literal, TypeVar
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi import Query
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from toolkiln.domain import limits
+from toolkiln.domain import limits, text
+from toolkiln.domain.records import BUILTIN_NAMES
 from toolkiln.domain.testcases import DEFAULT_CALLERS, MAX_CASE_NAME_CHARS, MAX_TEST_CASES
 
 T = TypeVar("T")
@@ -15,23 +17,84 @@ T = TypeVar("T")
 class Body(BaseModel):
     """Request bodies refuse unknown fields and do not coerce types."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, regex_engine="python-re")
+
+
+def checked(**rules: Any) -> dict[str, Any]:
+    """JSON Schema keywords the document states for a field the domain checks itself.
+
+    The domain reports every problem of a body at once (``invalid_tool`` lists them all);
+    Pydantic would stop at the first field, so these limits are shown, not enforced here.
+    Each one mirrors a rule in ``toolkiln.domain`` exactly.
+    """
+    return {"json_schema_extra": rules}
+
+
+LABEL = checked(minLength=1, maxLength=limits.MAX_LABEL_CHARS, pattern=text.LABEL_PATTERN)
+
+
+def client_id() -> Any:
+    """An optional id the client picks (tool_call_id, conversation_id, ...): enforced here."""
+    return Field(
+        None, min_length=1, max_length=limits.MAX_CALL_ID_CHARS, pattern=text.CLIENT_ID_PATTERN
+    )
+
+
+# The default of a patch field a client left out; never stored (model_dump(exclude_unset)).
+ABSENT: Any = None
+
+
+def _absent_not_null(schema: dict[str, Any]) -> None:
+    """A patch's fields default to "unchanged", not to null: the document shows no default."""
+    for prop in schema.get("properties", {}).values():
+        prop.pop("default", None)
+
+
+TIMEOUT = checked(minimum=limits.MIN_TIMEOUT_MS, maximum=limits.MAX_TIMEOUT_MS)
+TOOL_NAME = checked(minLength=1, maxLength=limits.MAX_NAME_CHARS, pattern=text.TOOL_NAME_PATTERN)
+DESCRIPTION = checked(maxLength=limits.MAX_DESCRIPTION_CHARS, pattern=text.NO_NUL_PATTERN)
+STATUS_LINE = checked(maxLength=limits.MAX_STATUS_LINE_CHARS, pattern=text.NO_NUL_PATTERN)
+CODE = checked(
+    minLength=1,
+    maxLength=limits.MAX_CODE_CHARS,
+    pattern="^[^\\u0000]*[^\\s\\u0000][^\\u0000]*$",  # not blank, no NUL
+)
+EMAIL_ENTRY = checked(minLength=1, maxLength=254, pattern="^[^\\s@\\u0000]*@?[^\\s@\\u0000]*$")
+
+
+def _whole_number(value: Any) -> Any:
+    """JSON Schema's ``integer`` includes 350.0; strict mode would refuse it, so let it in."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+# An integer as JSON Schema means it: 350 and 350.0 alike, never "350" or true.
+JsonInt = Annotated[int, BeforeValidator(_whole_number)]
+VersionNumber = Annotated[int, Field(ge=1, le=limits.MAX_VERSION), BeforeValidator(_whole_number)]
+# Paging query parameters of every listing.
+Cursor = Annotated[str | None, Query(pattern=text.CURSOR_PATTERN)]
+Limit = Annotated[int | None, Query(ge=1, le=limits.MAX_PAGE_SIZE)]
 
 
 class WorkspaceIn(Body):
-    name: str = Field(min_length=1, max_length=limits.MAX_LABEL_CHARS)
+    name: str = Field(**LABEL)
 
 
 class TokenIn(Body):
     workspace_id: str
     scopes: list[Literal["read", "write", "invoke", "admin"]] = Field(min_length=1)
-    name: str | None = Field(None, max_length=limits.MAX_LABEL_CHARS)
+    name: str | None = Field(None, **LABEL)
 
 
 class PolicyPatch(Body):
-    email_allowlist: list[str] | None = Field(None, max_length=1000)
-    builtins: list[str] | None = None
-    max_timeout_ms: int | None = None
+    """A field left out keeps its value; null is refused (no policy field is nullable)."""
+
+    model_config = ConfigDict(json_schema_extra=_absent_not_null)
+
+    email_allowlist: list[Annotated[str, Field(**EMAIL_ENTRY)]] = Field(ABSENT, max_length=1000)
+    builtins: list[Literal[BUILTIN_NAMES]] = Field(ABSENT)  # type: ignore[valid-type]
+    max_timeout_ms: JsonInt = Field(ABSENT, **TIMEOUT)
 
 
 class Expect(Body):
@@ -76,12 +139,12 @@ def _allow_failing() -> Any:
 
 
 class ToolFields(Body):
-    description: str | None = None
+    description: str | None = Field(None, **DESCRIPTION)
     parameters: dict[str, Any] | None = None
     input_schema: dict[str, Any] | None = None
-    execution_message_description: str | None = None
+    execution_message_description: str | None = Field(None, **STATUS_LINE)
     enable_globally: bool = False
-    timeout_ms: int = limits.DEFAULT_TIMEOUT_MS
+    timeout_ms: JsonInt = Field(limits.DEFAULT_TIMEOUT_MS, **TIMEOUT)
     test_cases: list[TestCaseIn] = _cases()
     allowed_callers: list[Caller] = _callers()
     allow_failing_tests: bool = _allow_failing()
@@ -89,21 +152,27 @@ class ToolFields(Body):
 
 class ToolCreate(ToolFields):
     workspace_id: str
-    name: str
+    name: str = Field(**TOOL_NAME)
     language: Literal["python", "javascript"]
-    code: str
+    code: str = Field(**CODE)
 
 
 class ToolPatch(Body):
-    name: str | None = None
-    description: str | None = None
-    language: Literal["python", "javascript"] | None = None
-    code: str | None = None
+    """A field left out keeps its value. ``null`` is refused (422) unless the Tool's field is
+    nullable: ``parameters: null`` means no parameters, ``execution_message_description: null``
+    clears the status line (CONTRACT section 3)."""
+
+    model_config = ConfigDict(json_schema_extra=_absent_not_null)
+
+    name: str = Field(ABSENT, **TOOL_NAME)
+    description: str = Field(ABSENT, **DESCRIPTION)
+    language: Literal["python", "javascript"] = Field(ABSENT)
+    code: str = Field(ABSENT, **CODE)
     parameters: dict[str, Any] | None = None
-    input_schema: dict[str, Any] | None = None
-    execution_message_description: str | None = None
-    enable_globally: bool | None = None
-    timeout_ms: int | None = None
+    input_schema: dict[str, Any] = Field(ABSENT)
+    execution_message_description: str | None = Field(ABSENT, **STATUS_LINE)
+    enable_globally: bool = Field(ABSENT)
+    timeout_ms: JsonInt = Field(ABSENT, **TIMEOUT)
     # Not nullable: left out they stay as they are; a null is refused.
     test_cases: list[TestCaseIn] = _cases()
     allowed_callers: list[Caller] = _callers()
@@ -211,10 +280,10 @@ class ErrorEnvelope(BaseModel):
 
 class InvokeIn(Body):
     input: Any = Field(default_factory=dict)
-    agent_id: str | None = Field(None, max_length=128)
-    conversation_id: str | None = Field(None, max_length=128)
-    tool_call_id: str | None = Field(None, max_length=128)
-    power_user_id: str | None = Field(None, max_length=128)
+    agent_id: str | None = client_id()
+    conversation_id: str | None = client_id()
+    tool_call_id: str | None = client_id()
+    power_user_id: str | None = client_id()
 
 
 class ToolTest(ToolCreate):
@@ -223,9 +292,9 @@ class ToolTest(ToolCreate):
 
 class RunCodeIn(Body):
     language: Literal["python", "javascript"]
-    code: str = Field(max_length=limits.MAX_CODE_CHARS)
-    input: Any = Field(default_factory=dict)
-    tool_call_id: str | None = Field(None, max_length=128)
+    code: str = Field(min_length=1, max_length=limits.MAX_CODE_CHARS)
+    input: dict[str, Any] = Field(default_factory=dict)
+    tool_call_id: str | None = client_id()
 
 
 class ResultError(BaseModel):

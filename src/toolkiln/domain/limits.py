@@ -10,6 +10,7 @@ MAX_NAME_CHARS = 64
 MAX_DESCRIPTION_CHARS = 4096
 MAX_STATUS_LINE_CHARS = 200
 MAX_LABEL_CHARS = 200  # workspace, token and agent names
+MAX_CALL_ID_CHARS = 128  # tool_call_id, conversation_id and other ids a client picks
 
 DEFAULT_TIMEOUT_MS = 5000
 MAX_TIMEOUT_MS = 30000
@@ -17,3 +18,4 @@ MIN_TIMEOUT_MS = 100
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
+MAX_VERSION = 2**31 - 1  # version numbers are 32-bit integers in the database

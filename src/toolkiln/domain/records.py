@@ -8,6 +8,7 @@ from typing import Any, Generic, TypeVar
 
 from toolkiln.domain import limits
 from toolkiln.domain.problems import Problem, problem, text_problems
+from toolkiln.domain.text import is_label
 
 T = TypeVar("T")
 
@@ -78,15 +79,22 @@ def check_policy(policy: Policy) -> list[Problem]:
 
 
 def check_label(field_name: str, value: str | None, required: bool = True) -> list[Problem]:
-    """Names of workspaces, tokens and agents: short, printable, no NUL."""
+    """Names of workspaces, tokens and agents: short, visible, trimmed (``text.LABEL_PATTERN``)."""
     if value is None:
         return [problem(field_name, "is required")] if required else []
-    if required and not value.strip():
+    if not value.strip():
         return [problem(field_name, "must not be empty")]
     if len(value) > limits.MAX_LABEL_CHARS:
         return [problem(field_name, f"must be at most {limits.MAX_LABEL_CHARS} characters")]
-    if any(not c.isprintable() for c in value):
-        return [problem(field_name, "must not contain control characters")]
+    if bad := text_problems(field_name, value):
+        return bad
+    if not is_label(value):
+        return [
+            problem(
+                field_name,
+                "must not contain control or format characters, nor start or end with a space",
+            )
+        ]
     return []
 
 

@@ -160,6 +160,12 @@ class AccessService:
             record = tx.tokens.get(token_id)
             if record is None or record.revoked_at is not None:
                 raise NotFound("No active token with that id.")
+            if "admin" in record.scopes and tx.tokens.active_admin_ids() == [token_id]:
+                raise Conflict(
+                    "This is the last admin token; create another admin token first.",
+                    [{"field": "token_id", "message": "is the last active admin token"}],
+                    code="last_admin_token",
+                )
             tx.tokens.revoke(token_id)
 
     # -- first start

@@ -6,8 +6,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from toolkiln.domain.auth import Principal
-from toolkiln.domain.errors import Conflict, InvalidTool, NotFound, TestsFailed
+from toolkiln.domain.errors import Conflict, InvalidRequest, InvalidTool, NotFound, TestsFailed
 from toolkiln.domain.ids import new_id, utcnow
+from toolkiln.domain.problems import text_problems
 from toolkiln.domain.records import AuditRow, Page
 from toolkiln.domain.testcases import CaseSpec, check_test_cases
 from toolkiln.domain.tools import (
@@ -305,6 +306,8 @@ class ToolService:
     def disable(self, principal: Principal, tool_id: str, reason: str | None = None) -> Tool:
         principal.require("write")
         reason = reason or "disabled by a user"
+        if problems := text_problems("reason", reason):
+            raise InvalidRequest("The reason is not valid text.", problems)
         with self._uow() as tx:
             tool = self._visible(tx, principal, tool_id)
             tx.tools.update(

@@ -138,6 +138,16 @@ class SqlTokens:
         q = sa.select(tokens.c.scopes).where(tokens.c.revoked_at.is_(None))
         return any("admin" in s.split(",") for s in self._c.execute(q).scalars())
 
+    def active_admin_ids(self) -> list[str]:
+        # FOR UPDATE (PostgreSQL; SQLite writers are serialised by BEGIN IMMEDIATE): two
+        # revocations racing for the last two admin tokens cannot both see the other alive.
+        q = (
+            sa.select(tokens.c.id, tokens.c.scopes)
+            .where(tokens.c.revoked_at.is_(None))
+            .with_for_update()
+        )
+        return [r.id for r in self._c.execute(q) if "admin" in r.scopes.split(",")]
+
 
 _TOOL_FIELDS = [c.name for c in tools.columns]
 

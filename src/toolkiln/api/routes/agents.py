@@ -18,19 +18,19 @@ router = APIRouter(prefix="/v1/agents", tags=["agents"])
 
 class AgentIn(models.Body):
     workspace_id: str
-    name: str = Field(min_length=1, max_length=200)
+    name: str = Field(**models.LABEL)
 
 
 class EnableIn(models.Body):
-    version: int | None = Field(None, ge=1)
+    version: models.VersionNumber | None = None
 
 
 class ToolCallIn(models.Body):
     name: str = Field(min_length=1, max_length=128)
     arguments: Any = Field(default_factory=dict)
-    tool_call_id: str | None = Field(None, max_length=128)
-    conversation_id: str | None = Field(None, max_length=128)
-    power_user_id: str | None = Field(None, max_length=128)
+    tool_call_id: str | None = models.client_id()
+    conversation_id: str | None = models.client_id()
+    power_user_id: str | None = models.client_id()
 
 
 def _agent(a: Agent) -> dict[str, Any]:

@@ -22,8 +22,8 @@ def list_audit(
     tool_call_id: str | None = None,
     agent_id: str | None = None,
     event: str | None = None,
-    cursor: str | None = None,
-    limit: int | None = None,
+    cursor: models.Cursor = None,
+    limit: models.Limit = None,
 ) -> dict[str, Any]:
     where = AuditFilter(workspace_id, tool_id, tool_call_id, agent_id, event)
     page = svc.audit.page(who, where, cursor, limit)

@@ -20,8 +20,8 @@ router = APIRouter(prefix="/v1", tags=["built-in tools"])
 
 class BuiltinCallIn(models.Body):
     input: Any = Field(default_factory=dict)
-    agent_id: str | None = Field(None, max_length=128)
-    tool_call_id: str | None = Field(None, max_length=128)
+    agent_id: str | None = models.client_id()
+    tool_call_id: str | None = models.client_id()
 
 
 @router.get("/builtin-tools")
@@ -53,8 +53,8 @@ def list_outbox(
     who: Caller,
     svc: Svc,
     workspace_id: str | None = None,
-    cursor: str | None = None,
-    limit: int | None = None,
+    cursor: models.Cursor = None,
+    limit: models.Limit = None,
 ) -> dict[str, Any]:
     page = svc.outbox.page(who, workspace_id, cursor, limit)
     return {

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Path, Query, Response
 from pydantic import BaseModel
 
 from toolkiln.api import models, serialize
 from toolkiln.api.deps import Caller, Svc
+from toolkiln.domain import limits
 from toolkiln.domain.tools import ToolDraft
+
+VersionNumber = Annotated[int, Path(ge=1, le=limits.MAX_VERSION)]
 
 router = APIRouter(prefix="/v1/custom-tools", tags=["custom tools"])
 
@@ -56,8 +59,8 @@ def list_tools(
     who: Caller,
     svc: Svc,
     workspace_id: str | None = None,
-    cursor: str | None = None,
-    limit: Annotated[int | None, Query()] = None,
+    cursor: models.Cursor = None,
+    limit: models.Limit = None,
 ) -> dict[str, Any]:
     page = svc.tools.page(who, workspace_id, cursor, limit)
     return {"data": [serialize.tool(t) for t in page.items], "next_cursor": page.next_cursor}
@@ -109,5 +112,5 @@ def list_versions(tool_id: str, who: Caller, svc: Svc) -> dict[str, Any]:
 
 
 @router.get("/{tool_id}/versions/{number}", response_model=models.One[models.ToolVersion])
-def get_version(tool_id: str, number: int, who: Caller, svc: Svc) -> dict[str, Any]:
+def get_version(tool_id: str, number: VersionNumber, who: Caller, svc: Svc) -> dict[str, Any]:
     return {"data": serialize.tool_version(svc.tools.version(who, tool_id, number))}
