@@ -156,13 +156,54 @@ def test_every_format_is_valid_for_its_provider(client: TestClient, space: Space
         name="lax",
         parameters=None,
         enable_globally=True,
-        input_schema={"type": "object", "properties": {"q": {"type": "string", "minLength": 2}}},
+        input_schema={
+            "type": "object",
+            "properties": {"q": {"type": "string", "minLength": 2}},
+            "patternProperties": {"^x-": {"type": "string"}},
+        },
     )
+    assert "strict: false" in lax["warnings"][0]["message"]
     listed = client.get(
         f"/v1/agents/{a['id']}/tools", params={"format": "openai", "strict": "true"}, headers=rw
     ).json()["data"]
     entry = next(e["function"] for e in listed if e["function"]["name"] == f"custom_{lax['id']}")
     assert entry["strict"] is False and entry["parameters"]["properties"]["q"]["minLength"] == 2
+
+
+def test_a_top_level_combinator_is_saved_with_a_warning_and_offered_without_it(
+    client: TestClient, space: Space, rw
+) -> None:
+    a = agent(client, space, rw)
+    either = {
+        "type": "object",
+        "properties": {"id": {"type": "string"}, "email": {"type": "string"}},
+        "anyOf": [{"required": ["id"]}, {"required": ["email"]}],
+    }
+    t = tool(
+        client, space, rw, name="either", parameters=None, input_schema=either, enable_globally=True
+    )
+    assert [w["field"] for w in t["warnings"]] == ["input_schema.anyOf"]
+    assert client.get(f"/v1/custom-tools/{t['id']}", headers=rw).json()["data"]["warnings"]
+    for fmt, key in (
+        ("openai", "parameters"),
+        ("anthropic", "input_schema"),
+        ("mcp", "inputSchema"),
+    ):
+        listed = client.get(
+            f"/v1/agents/{a['id']}/tools", params={"format": fmt}, headers=rw
+        ).json()["data"]
+        entry = next(
+            e.get("function", e) for e in listed if e.get("function", e)["name"].endswith(t["id"])
+        )
+        assert (
+            "anyOf" not in entry[key] and "Give at least one of: id; email." in entry["description"]
+        )
+    r = client.post(
+        f"/v1/agents/{a['id']}/tool-calls",
+        json={"name": f"custom_{t['id']}", "arguments": {}},
+        headers=rw,
+    )
+    assert r.json()["data"]["error"]["code"] == "invalid_input"
 
 
 def test_dispatch_custom_builtin_unknown_and_pinned(client: TestClient, space: Space, rw) -> None:
@@ -259,3 +300,32 @@ def test_agents_respect_workspaces_and_scopes(
     )
     assert client.delete(f"/v1/agents/{a['id']}", headers=rw).status_code == 204
     assert client.get(f"/v1/agents/{a['id']}", headers=rw).status_code == 404
+
+
+def test_an_agents_default_list_follows_the_providers_published_rules(
+    client: TestClient, space: Space, rw
+) -> None:
+    from tests.domain.test_provider_rules import SCHEMAS, check_entry, check_strict
+
+    a = agent(client, space, rw)
+    for label in ("top_one_of", "top_not_and_enum", "strict_able_with_defs"):
+        tool(
+            client,
+            space,
+            rw,
+            name=label.replace("_", "-"),
+            parameters=None,
+            input_schema=SCHEMAS[label],
+            enable_globally=True,
+        )
+    url = f"/v1/agents/{a['id']}/tools"
+    for fmt in ("openai", "anthropic", "mcp"):
+        listed = client.get(url, params={"format": fmt}, headers=rw).json()["data"]
+        assert len(listed) >= 8  # five built-ins and the three tools
+        for entry in listed:
+            check_entry(fmt, entry)
+    strict = client.get(url, params={"format": "openai", "strict": "true"}, headers=rw)
+    for entry in strict.json()["data"]:
+        check_entry("openai", entry)
+        if entry["function"]["strict"]:
+            check_strict(entry["function"]["parameters"])

@@ -51,3 +51,15 @@ def test_names() -> None:
     assert check_name("lookup-order-status") == []
     for bad in ["", "-a", "a-", "a--b", "A", "a_b", "a b", "é", "a" * 65, "a\n"]:
         assert check_name(bad), bad
+
+
+def test_a_missing_required_property_is_named_in_the_field() -> None:
+    from toolkiln.domain.schema import compile_validator, input_problems
+
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "object", "properties": {}, "required": ["deep"]}},
+        "required": ["order_id", "a"],
+    }
+    fields = [p["field"] for p in input_problems(compile_validator(schema), {"a": {}})]
+    assert fields == ["input.order_id", "input.a.deep"]

@@ -108,7 +108,9 @@ async def exercise(session: ClientSession, live: Live) -> dict:
     bad = await session.call_tool(f"custom_{live.bad_tool}", {})
     calc = await session.call_tool("calculate", {"expression": "2**5"})
     missing = await session.call_tool("custom_nope", {})
+    no_who = await session.call_tool(f"custom_{live.ok_tool}", {"who": 3})
     return {
+        "no_who": no_who,
         "names": names,
         "tools": listed.tools,
         "ok": ok,
@@ -129,6 +131,10 @@ def check(out: dict, live: Live) -> None:
     assert out["bad"].is_error is True and "runtime_error" in out["bad"].content[0].text
     assert out["calc"].structured_content == {"result": 32}
     assert out["missing"].is_error is True and "tool_not_enabled" in out["missing"].content[0].text
+    no_who = out["no_who"]
+    assert no_who.is_error is True
+    assert no_who.content[0].text.startswith("invalid_input: ")
+    assert "input.who: 3 is not of type 'string'" in no_who.content[0].text
 
 
 def test_streamable_http(live: Live) -> None:

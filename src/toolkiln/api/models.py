@@ -208,6 +208,11 @@ class Policy(BaseModel):
     max_timeout_ms: int
 
 
+class SchemaWarning(BaseModel):
+    field: str
+    message: str
+
+
 class Tool(BaseModel):
     id: str
     workspace_id: str
@@ -226,6 +231,10 @@ class Tool(BaseModel):
     failure_count: int
     last_error: str | None
     validated: bool
+    warnings: list[SchemaWarning] = Field(
+        description="How tool lists offer this schema to model providers, when not as is: "
+        "top-level combinators left out, or OpenAI strict mode off (docs/agents.md)."
+    )
     version: int
     created_at: str
     updated_at: str

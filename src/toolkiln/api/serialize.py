@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from toolkiln.domain.formats import schema_warnings
 from toolkiln.domain.ids import rfc3339
 from toolkiln.domain.records import AuditRow, Policy, TokenRecord, Workspace
 from toolkiln.domain.schema import schema_to_parameters
@@ -51,6 +52,7 @@ def tool(t: Tool) -> dict[str, Any]:
         "failure_count": t.failure_count,
         "last_error": t.last_error,
         "validated": True,
+        "warnings": schema_warnings(t.input_schema),
         "version": t.version,
         "created_at": rfc3339(t.created_at),
         "updated_at": rfc3339(t.updated_at),

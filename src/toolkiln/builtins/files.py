@@ -16,7 +16,7 @@ class SurfaceFile:
     spec = BuiltinSpec(
         "surface_file",
         "Store a file for the user and return {file_id, url, expires_at}; the URL is signed "
-        "and expires after an hour.",
+        "and expires after an hour. Give exactly one of content (text) or content_base64.",
         {
             "type": "object",
             "properties": {
@@ -29,8 +29,9 @@ class SurfaceFile:
                     "pattern": "^[\\w.+-]+/[\\w.+-]+$",
                 },
             },
+            # "Exactly one of content, content_base64" is checked in call(): providers refuse
+            # a top-level oneOf in a tool's parameters (CONTRACT section 7).
             "required": ["filename"],
-            "oneOf": [{"required": ["content"]}, {"required": ["content_base64"]}],
             "additionalProperties": False,
         },
     )
@@ -39,6 +40,13 @@ class SurfaceFile:
         self._files = files
 
     def call(self, payload: dict[str, Any], call: BuiltinCall) -> dict[str, Any]:
+        given = [k for k in ("content", "content_base64") if k in payload]
+        if len(given) != 1:
+            raise BuiltinFailure(
+                "invalid_input",
+                "give exactly one of content or content_base64",
+                {"field": "content", "message": "give exactly one of content or content_base64"},
+            )
         if "content" in payload:
             data = payload["content"].encode("utf-8")
         else:

@@ -98,8 +98,13 @@ def input_problems(validator: Draft202012Validator, value: Any) -> list[Problem]
     if out:
         return out
     for err in sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path)):
-        path = ".".join(str(p) for p in err.absolute_path)
-        out.append(problem(f"input.{path}" if path else "input", err.message[:500]))
+        path = ["input", *(str(p) for p in err.absolute_path)]
+        if err.validator == "required" and isinstance(err.instance, dict):
+            # Name the missing property itself, so a model (or a form) knows which one.
+            missing = [r for r in err.validator_value if r not in err.instance]
+            out += [problem(".".join([*path, str(r)]), err.message[:500]) for r in missing[:1]]
+        else:
+            out.append(problem(".".join(path), err.message[:500]))
         if len(out) >= 20:
             break
     return out

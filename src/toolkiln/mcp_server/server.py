@@ -20,6 +20,7 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, Too
 
 import toolkiln
 from toolkiln.domain.auth import Principal
+from toolkiln.mcp_server.render import error_text
 from toolkiln.services.background import Loop
 from toolkiln.services.container import Services
 from toolkiln.services.invoke import CallContext
@@ -154,7 +155,7 @@ def make_server(services: Services, resolve: Resolve, listeners: Listeners) -> S
         if status:
             await ctx.session.report_progress(1, 1, status)
         if result.error is not None:
-            text = f"{result.error['code']}: {result.error['message']}"
+            text = error_text(result.error)
             return types.CallToolResult(
                 content=[types.TextContent(type="text", text=text)],
                 structured_content={"error": result.error},
