@@ -24,3 +24,11 @@ def test_every_cli_command_is_documented() -> None:
             continue
         for action in actions[0].choices:
             assert f"`toolkiln {name} {action}" in text, (name, action)
+
+
+def test_every_table_is_documented() -> None:
+    from toolkiln.storage.tables import metadata
+
+    text = (ROOT / "docs" / "data-model.md").read_text()
+    for name in metadata.tables:
+        assert f"| `{name}` |" in text, name

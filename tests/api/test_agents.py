@@ -324,8 +324,16 @@ def test_an_agents_default_list_follows_the_providers_published_rules(
         assert len(listed) >= 8  # five built-ins and the three tools
         for entry in listed:
             check_entry(fmt, entry)
-    strict = client.get(url, params={"format": "openai", "strict": "true"}, headers=rw)
-    for entry in strict.json()["data"]:
-        check_entry("openai", entry)
-        if entry["function"]["strict"]:
-            check_strict(entry["function"]["parameters"])
+    for mode in ("direct", "code"):
+        for fmt in ("openai", "anthropic", "mcp"):
+            listed = client.get(url, params={"format": fmt, "mode": mode}, headers=rw).json()
+            for entry in listed["data"]:
+                check_entry(fmt, entry)
+        strict = client.get(url, params={"format": "openai", "strict": "true", "mode": mode})
+        for entry in client.get(
+            url, params={"format": "openai", "strict": "true", "mode": mode}, headers=rw
+        ).json()["data"]:
+            check_entry("openai", entry)
+            if entry["function"]["strict"]:
+                check_strict(entry["function"]["parameters"])
+        assert strict.status_code == 401

@@ -16,8 +16,9 @@ from jsonschema import Draft202012Validator
 from toolkiln.builtins.calculate import Calculate
 from toolkiln.builtins.email import SendEmail
 from toolkiln.builtins.files import SurfaceFile
-from toolkiln.builtins.run_code import RunCode
 from toolkiln.builtins.search import WebSearch
+from toolkiln.domain.builtin import RUN_CODE_SPEC
+from toolkiln.domain.codemode import RUN_PROGRAM_SPEC
 from toolkiln.domain.formats import ToolDef, render, schema_warnings
 
 COMBINATORS = {"oneOf", "anyOf", "allOf", "not", "enum"}
@@ -81,7 +82,14 @@ MCP = {
 }
 RULES = {"openai": OPENAI, "anthropic": ANTHROPIC, "mcp": MCP}
 
-BUILTINS = [Calculate.spec, SendEmail.spec, WebSearch.spec, SurfaceFile.spec, RunCode.spec]
+BUILTINS = [
+    Calculate.spec,
+    SendEmail.spec,
+    WebSearch.spec,
+    SurfaceFile.spec,
+    RUN_CODE_SPEC,
+    RUN_PROGRAM_SPEC,
+]
 
 # Schemas a user may save (all valid JSON Schema 2020-12 with an object root).
 SCHEMAS: dict[str, dict[str, Any]] = {

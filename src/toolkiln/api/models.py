@@ -57,7 +57,7 @@ STATUS_LINE = checked(maxLength=limits.MAX_STATUS_LINE_CHARS, pattern=text.NO_NU
 CODE = checked(
     minLength=1,
     maxLength=limits.MAX_CODE_CHARS,
-    pattern="^[^\\u0000]*[^\\s\\u0000][^\\u0000]*$",  # not blank, no NUL
+    pattern=text.NOT_BLANK_PATTERN,
 )
 EMAIL_ENTRY = checked(minLength=1, maxLength=254, pattern="^[^\\s@\\u0000]*@?[^\\s@\\u0000]*$")
 
@@ -366,9 +366,11 @@ class TestRun(BaseModel):
 
 class GenerateIn(Body):
     workspace_id: str
-    description: str = Field(min_length=1, max_length=4000)
+    description: str = Field(
+        min_length=1, max_length=4000, **checked(pattern=text.NOT_BLANK_PATTERN)
+    )
     language: Literal["python", "javascript"] = "python"
-    name: str | None = Field(None, max_length=limits.MAX_NAME_CHARS)
+    name: str | None = Field(None, **TOOL_NAME)
 
 
 class Example(BaseModel):

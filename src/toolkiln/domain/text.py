@@ -40,6 +40,8 @@ LABEL_PATTERN = f"^[^\\s{HIDDEN_CHARS}]([^{HIDDEN_CHARS}]*[^\\s{HIDDEN_CHARS}])?
 CLIENT_ID_PATTERN = "^[\\u0020-\\u007e]+$"
 # A free-text field: anything but NUL, which PostgreSQL cannot store.
 NO_NUL_PATTERN = "^[^\\u0000]*$"
+# The same, and not blank (code, a description to generate from).
+NOT_BLANK_PATTERN = "^[^\\u0000]*[^\\s\\u0000][^\\u0000]*$"
 # A page cursor: the hexadecimal sequence number of the last row seen. Opaque to clients; at
 # most 15 digits, so every cursor that matches fits the databases' 64-bit integers.
 CURSOR_PATTERN = "^[0-9a-f]{1,15}$"
