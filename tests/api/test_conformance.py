@@ -58,6 +58,15 @@ def test_version_numbers_out_of_range_are_422_not_500(
     assert r.json()["error"]["details"][0]["field"] == "number"
 
 
+@pytest.mark.parametrize("number", ["296861074480170139648", "2147483648", "0"])
+def test_run_tests_of_a_version_out_of_range_is_422_not_500(
+    client: TestClient, tool_url: str, rw, number: str
+) -> None:
+    r = client.post(f"{tool_url}/run-tests", params={"version": number}, headers=rw)
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["details"][0]["field"] == "version"
+
+
 def test_the_largest_version_number_is_a_plain_404(client: TestClient, tool_url: str, rw) -> None:
     r = client.get(f"{tool_url}/versions/{limits.MAX_VERSION}", headers=rw)
     assert r.status_code == 404

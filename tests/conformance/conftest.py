@@ -35,10 +35,16 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+def served_token() -> str:
+    """The bootstrap admin token of the module's service (a module may override it)."""
+    return f"tk-test-{secrets.token_hex(8)}"
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory, served_token: str) -> Iterator[Served]:
     root = tmp_path_factory.mktemp("served")
     port = _free_port()
-    token = f"tk-test-{secrets.token_hex(8)}"
+    token = served_token
     env = {
         **os.environ,
         "TOOLKILN_DATA_DIR": str(root / "data"),

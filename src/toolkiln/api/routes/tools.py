@@ -80,7 +80,10 @@ def update_tool(tool_id: str, body: models.ToolPatch, who: Caller, svc: Svc) -> 
 
 @router.post("/{tool_id}/run-tests", response_model=models.One[models.TestRun])
 def run_tests(
-    tool_id: str, who: Caller, svc: Svc, version: Annotated[int | None, Query(ge=1)] = None
+    tool_id: str,
+    who: Caller,
+    svc: Svc,
+    version: Annotated[int | None, Query(ge=1, le=limits.MAX_VERSION)] = None,
 ) -> dict[str, Any]:
     """Run a version's test cases now (the current version by default); nothing is counted."""
     return {"data": svc.tools.run_tests(who, tool_id, version).as_dict()}
