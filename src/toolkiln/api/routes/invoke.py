@@ -27,7 +27,12 @@ def test_tool(body: models.ToolTest, who: Caller, svc: Svc) -> dict[str, Any]:
     return {"data": result.as_dict()}
 
 
-@router.post("/custom-tools/{tool_id}/invoke", response_model=models.One[models.Result])
+@router.post(
+    "/custom-tools/{tool_id}/invoke",
+    response_model=models.One[models.Result],
+    # The token is read below, not by a dependency; the document still says it is needed.
+    openapi_extra={"security": [{"bearer": []}]},
+)
 def invoke_tool(tool_id: str, body: models.InvokeIn, request: Request, svc: Svc) -> JSONResponse:
     # The token is checked here rather than by the Caller dependency: FastAPI runs each sync
     # dependency in a thread-pool hop of its own (~0.15 ms of CPU on the reference VM).
