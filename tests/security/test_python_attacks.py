@@ -289,6 +289,18 @@ ATTACKS: list[tuple[str, str, set[str] | Callable[[dict], bool]]] = [
         {"invalid_result"},
     ),
     (
+        "frame-of-another-run",
+        "import os, json, struct\ndef handle(i, c):\n    body = json.dumps({'op': 'result', 'run': 'f' * 16, 'kind': 'return', 'value': 'forged'}).encode()\n    for fd in range(3, 20):\n        try:\n            os.write(fd, struct.pack('>I', len(body)) + body)\n        except OSError:\n            pass\n    os._exit(0)\n    return 1",
+        {"invalid_result"},
+    ),
+    (
+        # The run id can be dug out of the process; a result followed by more frames is
+        # still refused: the channel must be empty after the result.
+        "frames-after-a-forged-result",
+        "import gc, os, json, struct\ndef handle(i, c):\n    run = next(o['run'] for o in gc.get_objects() if type(o) is dict and o.get('op') == 'run')\n    frames = b''\n    for f in ({'op': 'result', 'run': run, 'kind': 'return', 'value': 'forged'}, {'op': 'call', 'run': run, 'id': 9, 'tool': 'calculate', 'input': {}}):\n        body = json.dumps(f).encode()\n        frames += struct.pack('>I', len(body)) + body\n    for fd in range(3, 20):\n        try:\n            os.write(fd, frames)\n        except OSError:\n            pass\n    os._exit(0)\n    return 1",
+        {"invalid_result"},
+    ),
+    (
         "garbage-on-channel",
         "import os\ndef handle(i, c):\n    for fd in range(3, 20):\n        try:\n            os.write(fd, b'\\xff\\xff\\xff\\xffgarbage')\n        except OSError:\n            pass\n    os._exit(0)\n    return 1",
         {"output_too_large", "invalid_result"},

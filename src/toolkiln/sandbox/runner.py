@@ -220,7 +220,9 @@ class PythonSandbox:
         started = time.perf_counter()
         deadline = time.monotonic() + req.timeout_ms / 1000
         if not self._acquire(req, deadline):
-            return RunOutcome("timeout", message="No sandbox process became free in time.")
+            return RunOutcome(
+                "timeout", details={"reason": "no sandbox process became free in time"}
+            )
         try:
             return self._run_acquired(req, link, extra, started, deadline)
         finally:
