@@ -10,7 +10,7 @@ WEB_DEPS := $(WEB)/node_modules/.installed
 BUNDLE := src/toolkiln/web/static/app.js
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: install serve test lint bench bench-code-mode clean browser
+.PHONY: install serve test lint bench bench-code-mode clean browser nginx
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,14 @@ browser:
 	@test -x $(CHROMIUM) || { apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-dejavu-core >/dev/null; }
 
+# The replica test puts Debian's nginx in front of two replicas. The package is unpacked into
+# the venv, not installed: no system service is set up or started.
+NGINX_LOCAL := $(VENV)/nginx/usr/sbin/nginx
+nginx:
+	@command -v nginx >/dev/null || test -x $(NGINX_LOCAL) || { \
+	  apt-get update -qq && cd $(VENV) && apt-get download -qq nginx 2>/dev/null && \
+	  dpkg -x nginx_*.deb nginx && rm -f nginx_*.deb; }
+
 serve: install
 	$(BIN)/toolkiln serve
 
@@ -40,7 +48,7 @@ lint: install
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: lint browser
+test: lint browser nginx
 	$(BIN)/pytest -q
 
 bench: install

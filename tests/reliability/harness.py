@@ -130,6 +130,7 @@ class Serve:
     def __init__(self, data_dir: Path, env: dict[str, str], port: int | None = None) -> None:
         self.port = port or free_port()
         self.base = f"http://127.0.0.1:{self.port}"
+        data_dir.parent.mkdir(parents=True, exist_ok=True)
         self.log = data_dir.parent / f"serve-{self.port}.log"
         full = {
             **os.environ,
@@ -234,3 +235,71 @@ def listed_then_changed(
                     return before, after
 
     return anyio.run(run)
+
+
+@contextmanager
+def fresh_postgres_database(base_url: str) -> Iterator[str]:
+    """A new, empty database on the test server (one nobody has migrated yet)."""
+    import secrets
+
+    import psycopg
+
+    base = base_url.replace("postgresql+psycopg://", "postgresql://")
+    name = f"toolkiln_fresh_{secrets.token_hex(4)}"
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"{base_url.rpartition('/')[0]}/{name}"
+    finally:
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def nginx_binary() -> str:
+    """Debian's nginx: installed, or unpacked into the venv by ``make test``."""
+    found = shutil.which("nginx") or str(ROOT / ".venv" / "nginx" / "usr" / "sbin" / "nginx")
+    assert os.access(found, os.X_OK), "nginx is missing: `make test` installs it (make nginx)"
+    return found
+
+
+class Nginx:
+    """nginx in front of the replicas, with the site configuration of docs/deployment.md."""
+
+    def __init__(self, site: str, workdir: Path) -> None:
+        self.dir = workdir
+        self.dir.mkdir(parents=True, exist_ok=True)
+        temp = "\n".join(
+            f"    {kind}_temp_path {self.dir / kind};"
+            for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+        )
+        conf = self.dir / "nginx.conf"
+        conf.write_text(
+            f"daemon off;\npid {self.dir / 'nginx.pid'};\nerror_log {self.dir / 'error.log'};\n"
+            "events { worker_connections 512; }\n"
+            "http {\n    access_log off;\n"
+            "    add_header X-Upstream $upstream_addr always;\n"
+            f"{temp}\n{site}\n}}\n"
+        )
+        binary = nginx_binary()
+        check = subprocess.run(
+            [binary, "-t", "-p", str(self.dir), "-c", str(conf), "-e", str(self.dir / "error.log")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert check.returncode == 0, check.stderr
+        self.proc = subprocess.Popen(
+            [binary, "-p", str(self.dir), "-c", str(conf), "-e", str(self.dir / "error.log")],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGQUIT)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(30)

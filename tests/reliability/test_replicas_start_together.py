@@ -4,19 +4,17 @@
 from __future__ import annotations
 
 import os
-import secrets
 import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 import sqlalchemy as sa
 
 from tests.conftest import PG_URL
-from tests.reliability.harness import TOOLKILN
+from tests.reliability.harness import TOOLKILN, fresh_postgres_database
 from toolkiln.storage.database import Database
 
 REPLICAS = 6
@@ -28,13 +26,8 @@ def fresh_url(backend: str, tmp_path: Path) -> Iterator[str]:
     if backend == "sqlite":
         yield f"sqlite:///{tmp_path / 'fresh.db'}"
         return
-    base = PG_URL.replace("postgresql+psycopg://", "postgresql://")
-    name = f"toolkiln_fresh_{secrets.token_hex(4)}"
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    yield f"{PG_URL.rpartition('/')[0]}/{name}"
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with fresh_postgres_database(PG_URL) as url:
+        yield url
 
 
 def _head(url: str) -> list[str]:
@@ -73,7 +66,13 @@ def test_migrations_started_at_one_moment_all_succeed(fresh_url: str) -> None:
     assert len(_head(fresh_url)) == 1
 
 
-def test_replica_processes_started_together_all_start(fresh_url: str, tmp_path: Path) -> None:
+def test_replica_processes_started_together_all_start(tmp_path: Path) -> None:
+    # Real processes on PostgreSQL (the thread test above covers SQLite's lock).
+    with fresh_postgres_database(PG_URL) as url:
+        _start_together(url, tmp_path)
+
+
+def _start_together(fresh_url: str, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLKILN_")}
     procs = [
         subprocess.Popen(

@@ -19,8 +19,11 @@ from toolkiln.cli import generate
 from toolkiln.config import Settings
 from toolkiln.domain.errors import ServiceUnavailable, ToolkilnError
 from toolkiln.domain.ids import rfc3339
+from toolkiln.domain.limits import MAX_TIMEOUT_MS
 
 log = logging.getLogger("toolkiln")
+# Beyond the longest tool timeout: writing results, nested calls' bookkeeping.
+DRAIN_MARGIN_S = 5
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -77,6 +80,9 @@ def _serve(runtime: Runtime, host: str | None, port: int | None) -> None:
             file=sys.stderr,
             flush=True,
         )
+    # On SIGTERM uvicorn stops listening, closes idle connections and waits for the calls in
+    # flight (each bounded by its own timeout, at most MAX_TIMEOUT_MS) to answer; only then
+    # does the lifespan end, closing the sandbox pools and the database.
     uvicorn.run(
         build_app(runtime),
         host=host or settings.host,
@@ -85,6 +91,7 @@ def _serve(runtime: Runtime, host: str | None, port: int | None) -> None:
         access_log=False,
         loop="uvloop",
         http="httptools",
+        timeout_graceful_shutdown=MAX_TIMEOUT_MS // 1000 + DRAIN_MARGIN_S,
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sqlite3
 import threading
 import zlib
 from collections.abc import Iterator
@@ -25,15 +26,29 @@ MIGRATION_LOCK = zlib.crc32(b"toolkiln.migrate")
 CONNECT_TIMEOUT_S = 5
 POOL_TIMEOUT_S = 10
 UNREACHABLE = "The database is unreachable; try again shortly."
+SQLITE_OUTAGES = (
+    "unable to open",
+    "database is locked",
+    "disk i/o error",
+    "readonly database",
+    "database or disk is full",
+)
 
 
 def is_outage(exc: BaseException) -> bool:
     """Errors that say the database cannot be reached (or gave up on us), not that a
     statement was wrong: a refused or dropped connection, a pool with no connection to
-    give, SQLite's file that cannot be opened or stays locked."""
+    give, SQLite's file that cannot be opened or written or stays locked. (SQLite reports
+    a bad statement as an OperationalError too, hence its messages.)"""
     if isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
         return True
-    return isinstance(exc, sa.exc.OperationalError | sa.exc.InterfaceError | sa.exc.TimeoutError)
+    if isinstance(exc, sa.exc.TimeoutError):
+        return True
+    if not isinstance(exc, sa.exc.OperationalError | sa.exc.InterfaceError):
+        return False
+    if isinstance(exc.orig, sqlite3.Error):
+        return any(s in str(exc.orig).lower() for s in SQLITE_OUTAGES)
+    return True
 
 
 class Database:
