@@ -62,3 +62,27 @@ def test_cancellation_passes_through_the_supervisor() -> None:
 def test_notify_trigger_covers_every_list_changing_event(module: str) -> None:
     migration = importlib.import_module(f"toolkiln.storage.migrations.versions.{module}")
     assert sorted(migration.EVENTS) == sorted(LIST_CHANGING_EVENTS)
+
+
+def test_healthz_names_each_degraded_part_and_why() -> None:
+    from toolkiln.services.system import SystemService
+
+    pools = {
+        "python": {
+            "available": True,
+            "ready": True,
+            "pool": {"degraded": True, "reason": "the sandbox template died; restarting it"},
+        },
+        "javascript": {"available": True, "ready": True, "pool": {"degraded": False}},
+    }
+    ready, body = SystemService(
+        lambda: "OperationalError: connection refused", lambda: pools
+    ).health()
+    assert not ready and body["status"] == "unavailable"
+    assert body["degraded"] == [
+        {"part": "database", "reason": "OperationalError: connection refused"},
+        {"part": "runtime.python", "reason": "the sandbox template died; restarting it"},
+    ]
+    pools["python"]["pool"] = {"degraded": False}
+    ready, body = SystemService(lambda: None, lambda: pools).health()
+    assert ready and body["degraded"] == [] and body["database"] == "ok"

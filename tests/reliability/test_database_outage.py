@@ -66,6 +66,8 @@ def _outage_under_traffic(pg, serve: Serve) -> None:  # type: ignore[no-untyped-
                         r.status_code,
                         body["data"]["status"] if r.status_code == 200 else body["error"]["code"],
                     )
+                    if r.status_code == 503 and r.headers.get("retry-after") != "1":
+                        got = (503, "no Retry-After")
                 with lock:
                     seen.append(got)
 

@@ -102,7 +102,9 @@ def _template(path: str) -> re.Pattern[str]:
 def install(app: FastAPI) -> None:
     @app.exception_handler(errors.ToolkilnError)
     async def _domain(_: Request, exc: errors.ToolkilnError) -> JSONResponse:
-        return envelope(status_of(exc), exc.code, exc.message, exc.details)
+        # A database outage is short-lived (the service recovers by itself): say when to retry.
+        retry = {"Retry-After": "1"} if exc.code == "unavailable" else None
+        return envelope(status_of(exc), exc.code, exc.message, exc.details, retry)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:

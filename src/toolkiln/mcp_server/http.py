@@ -14,12 +14,18 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
-from toolkiln.domain.errors import Forbidden, NotFound, ToolkilnError, Unauthenticated
+from toolkiln.domain.errors import (
+    Forbidden,
+    NotFound,
+    ServiceUnavailable,
+    ToolkilnError,
+    Unauthenticated,
+)
 from toolkiln.mcp_server.server import Endpoint, Listeners, make_server, tool_list_watcher
 from toolkiln.services.container import Services
 
 PREFIX = "/agents/"
-STATUS = {Unauthenticated: 401, Forbidden: 403, NotFound: 404}
+STATUS = {Unauthenticated: 401, Forbidden: 403, NotFound: 404, ServiceUnavailable: 503}
 
 
 def _refuse(status: int, code: str, message: str) -> JSONResponse:

@@ -26,9 +26,7 @@ class SystemService:
         db_problem = self._db_problem()
         runtimes = {
             name: {
-                k: r[k]
-                for k in ("available", "ready", "insecure", "isolation", "problems", "degraded")
-                if k in r
+                k: r[k] for k in ("available", "ready", "insecure", "isolation", "pool") if k in r
             }
             for name, r in self._runtimes().items()
         }
@@ -36,9 +34,10 @@ class SystemService:
         if db_problem is not None:
             degraded.append({"part": "database", "reason": db_problem})
         for name, r in runtimes.items():
-            if r.get("available", True) and not r.get("ready", False):
-                why = r.get("problems") or r.get("degraded") or "the sandbox pool is not ready"
-                degraded.append({"part": f"runtime.{name}", "reason": _one_line(why)})
+            pool = r.get("pool") or {}
+            if r.get("available", True) and (not r.get("ready", False) or pool.get("degraded")):
+                why = pool.get("reason") or "the sandbox pool is not ready"
+                degraded.append({"part": f"runtime.{name}", "reason": str(why)})
         ready = not degraded
         return ready, {
             "status": "ok" if ready else "unavailable",
@@ -66,9 +65,3 @@ class SystemService:
                 },
             )
         return found
-
-
-def _one_line(why: Any) -> str:
-    if isinstance(why, list | tuple):
-        return "; ".join(str(w) for w in why)
-    return str(why)
