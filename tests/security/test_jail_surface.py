@@ -301,6 +301,18 @@ def test_no_host_python_package_imports(target: Target) -> None:
         assert check["raw_data"].startswith("/pkgs/"), check
 
 
+def test_only_the_native_libraries_of_usr_lib_are_there(target: Target) -> None:
+    """/usr/lib holds the host's other software (browsers, databases, JVMs): not bound."""
+    code = (
+        "import os\ndef handle(i, c):\n    return [sorted(os.listdir('/usr/lib')), os.listdir('/')]"
+    )
+    res = target.run(code)
+    assert res["status"] == "ok", res
+    usr_lib, root = res["raw_data"]
+    assert usr_lib == ["x86_64-linux-gnu"], usr_lib
+    assert "proc" not in root and "sys" not in root, root
+
+
 def test_healthz_reports_the_kernel_next_to_the_layers(target: Target) -> None:
     body = target.client.get("/healthz").json()
     for language in ("python", "javascript"):

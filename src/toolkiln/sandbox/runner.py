@@ -59,10 +59,13 @@ def _stdlib_paths() -> list[str]:
 
 
 def _ro_paths() -> list[str]:
-    """What CPython and its extension modules need, read-only: the native libraries, time
+    """What CPython and its extension modules need, read-only: the native libraries (the
+    multiarch directory, not the rest of /usr/lib with the host's other software), time
     zones and the standard library (not the interpreter's whole prefix); nothing of the
     service."""
-    paths = ["/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/share/zoneinfo", _stdlib_paths()[0]]
+    native = "/usr/lib/x86_64-linux-gnu"  # seccomp.py allows x86_64 only
+    libs = [native] if Path(native).is_dir() else ["/usr/lib"]
+    paths = ["/lib", "/lib64", *libs, "/usr/lib64", "/usr/share/zoneinfo", _stdlib_paths()[0]]
     return [p for p in paths if Path(p).exists() or Path(p).is_symlink()]
 
 
