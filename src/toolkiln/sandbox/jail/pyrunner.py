@@ -249,12 +249,21 @@ def _warm_up(link: _Link, finder: PackageFinder) -> None:
     protocol.encode(_execute(sample, link, finder))
 
 
+def jail_paths(cfg: dict) -> None:
+    """Tool code imports from the standard library and /pkgs only. The template sets this
+    once before it forks: a child that cleared the finder cache itself paid ~100
+    copy-on-write page faults freeing it (docs/benchmarks.md); a child only re-checks."""
+    wanted = [*cfg["stdlib_paths"], "/pkgs"]
+    if sys.path != wanted:
+        sys.path[:] = wanted
+        sys.path_importer_cache.clear()
+
+
 def serve(sock: socket.socket, cfg: dict) -> None:
     """Prepare, wait for the one request of this child's life, run it, report, exit."""
     out, err = CappedText(int(cfg["max_log_bytes"])), CappedText(int(cfg["max_log_bytes"]))
     finder = PackageFinder(cfg.get("curated", {}))
-    sys.path[:] = [*cfg["stdlib_paths"], "/pkgs"]
-    sys.path_importer_cache.clear()
+    jail_paths(cfg)
     sys.meta_path.append(finder)
     link = _Link(sock, int(cfg["max_reply_bytes"]))
     if cfg.get("warm_up", True):

@@ -267,6 +267,8 @@ def main() -> None:
         import py_mini_racer
 
         _mini_racer = py_mini_racer
+    else:
+        pyrunner.jail_paths(cfg)
     # Children are short-lived forks: keep the collector from walking (and so copying)
     # every inherited object page.
     gc.collect()
