@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -123,3 +126,43 @@ def test_a_run_the_link_does_not_admit_never_starts(sandbox: PythonSandbox) -> N
     assert out.kind == "not_admitted" and link.asked == 1
     # The pool is not poisoned by it: the next run works.
     assert run(sandbox, "def handle(i, c):\n    return 7\n").value == 7
+
+
+def _nice_of(stat: str) -> int:
+    return int(stat.rsplit(")", 1)[1].split()[16])  # field 19 of /proc/<pid>/stat
+
+
+def _warm_children(sb: PythonSandbox) -> list[int]:
+    """Host pids of the processes running as one of this sandbox's uids (its children)."""
+    low = sb.config["uid_base"]
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if low <= entry.stat().st_uid < low + sb.config["uid_count"]:
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def test_children_warm_at_low_priority_and_a_call_runs_at_the_services(
+    sandbox: PythonSandbox,
+) -> None:
+    # Wait until the sandbox's processes are warm children only (the child of an earlier
+    # call may still be on its way out, at the service's priority).
+    deadline = time.monotonic() + 30
+    nices: set[int] = set()
+    while time.monotonic() < deadline:
+        nices = set()
+        for pid in _warm_children(sandbox):
+            with contextlib.suppress(OSError):  # one may have ended meanwhile
+                nices.add(_nice_of(Path(f"/proc/{pid}/stat").read_text()))
+        if nices == {runner_module.WARM_NICE}:
+            break
+        time.sleep(0.05)
+    assert nices == {runner_module.WARM_NICE}
+    code = "import os\ndef handle(i, c):\n    return os.getpriority(os.PRIO_PROCESS, 0)\n"
+    out = run(sandbox, code)
+    assert out.kind == "return", (out.kind, out.message)
+    assert out.value == os.getpriority(os.PRIO_PROCESS, 0)

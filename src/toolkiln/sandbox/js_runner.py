@@ -56,6 +56,7 @@ class JavaScriptSandbox(PythonSandbox):
         config["js_heap_mb"] = self.limits.memory_mb // 2
         config["preload"] = ["asyncio", "json", "re"]
         config["curated"] = {}
+        config["warm_nice"] = 0  # a worker serves calls for its whole life
 
     packages: JsPackageStore
 

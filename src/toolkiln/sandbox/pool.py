@@ -75,6 +75,11 @@ class WarmChild:
         except (OSError, ValueError):
             return False
 
+    def hurry(self) -> None:
+        """Back to the service's own priority for its call (it was made at a lower one)."""
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, self.global_pid, os.getpriority(os.PRIO_PROCESS, 0))
+
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError, OSError):
             signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
@@ -360,6 +365,7 @@ class Template:
                     while self._ready:
                         child = self._ready.popleft()
                         if child.gen == current and child.alive():
+                            child.hurry()
                             if replenish:
                                 self._request(1)  # keep the pool warm while this one works
                             return child

@@ -176,6 +176,8 @@ class Template:
         if pid == 0:
             try:
                 host_end.close()
+                if self.cfg.get("warm_nice"):
+                    os.setpriority(os.PRIO_PROCESS, 0, int(self.cfg["warm_nice"]))
                 if self.cfg.get("runtime") == "javascript":
                     child.become(child_end, uid, scratch, self.cfg, self.installer, _start_v8)
                     jsrunner.serve(child_end, self.cfg, _mini_racer, pyrunner._Link)
