@@ -1,6 +1,7 @@
 """The simple alternatives, measured by the same script on the same machine:
 a fresh `python3 -I -S` per call (result as JSON on stdout) and seed 001's design, a Node
-worker thread running `vm.runInNewContext` per call. No isolation, no HTTP, no database."""
+worker thread running `vm.runInNewContext` per call (no isolation, no HTTP, no database);
+and the HTTP floor: a bare FastAPI route on the same uvicorn settings as `toolkiln serve`."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+from client import Conn
 
 TOOL = "def main(**params):\n    return {'message': 'ok'}\n"
 
@@ -63,3 +67,48 @@ def node_worker(calls: int) -> list[float] | None:
         [node, "-e", NODE, str(calls)], capture_output=True, text=True, check=True, env=env
     )
     return list(json.loads(out.stdout))
+
+
+FLOOR_APP = """
+import sys, uvicorn
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse
+app = FastAPI()
+@app.get("/ping")
+def ping() -> JSONResponse:
+    return JSONResponse({"status": "ok"})
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning",
+            access_log=False, loop="uvloop", http="httptools")
+"""
+
+
+def fastapi_floor(port: int, calls: int) -> list[float]:
+    """GET on a bare sync FastAPI route (one thread-pool hop, like /healthz), no middleware."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", FLOOR_APP, str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=Path(__file__).parent,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                conn = Conn(port)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        for _ in range(50):
+            conn.call("GET", "/ping")
+        lat = []
+        for _ in range(calls):
+            t = time.perf_counter()
+            conn.call("GET", "/ping")
+            lat.append((time.perf_counter() - t) * 1000)
+        conn.close()
+        return lat
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

@@ -7,7 +7,8 @@ calls, default 500), one `ctx.tools.calculate` round trip (an invocation making 
 minus one making none, divided by 50), GET /healthz; then BENCH_CONCURRENCY clients
 (default 16) invoking the Python tool for BENCH_SECONDS (default 10). Then it reads the
 memory of the service and its sandbox processes, stops the service, and runs the baselines:
-a fresh `python3 -I -S` per call and a Node worker thread + vm per call.
+a fresh `python3 -I -S` per call, a Node worker thread + vm per call, and a bare FastAPI
+route (the HTTP floor).
 
 Nothing here is part of the test run; it prints its figures and exits.
 """
@@ -146,7 +147,9 @@ def measure_service(port: int, pid: int) -> dict[str, object]:
     return out
 
 
-def table(m: dict[str, object], fresh: list[float], node: list[float] | None) -> list[str]:
+def table(
+    m: dict[str, object], fresh: list[float], node: list[float] | None, floor: list[float]
+) -> list[str]:
     py, js, hz = m["python"], m["javascript"], m["healthz"]
     assert isinstance(py, list) and isinstance(js, list) and isinstance(hz, list)
     loaded = m["loaded"]
@@ -160,6 +163,8 @@ def table(m: dict[str, object], fresh: list[float], node: list[float] | None) ->
         f" (p50 {pct(loaded, 0.5):.1f} ms, p99 {pct(loaded, 0.99):.1f} ms under load) |",
         f"| one `ctx.tools.calculate` round trip | {m['ctx_ms']:.3f} ms |",
         f"| `GET /healthz`, p50 / p99 | {pct(hz, 0.5):.2f} / {pct(hz, 0.99):.2f} ms |",
+        f"| the HTTP floor: a bare FastAPI GET on the same uvicorn, p50 / p99 "
+        f"| {pct(floor, 0.5):.2f} / {pct(floor, 0.99):.2f} ms |",
         f"| vs a fresh `python3 -I -S` per call ({pct(fresh, 0.5):.1f} ms p50) "
         f"| {pct(fresh, 0.5) / pct(py, 0.5):.1f}x faster |",
     ]
@@ -188,9 +193,10 @@ def main() -> None:
             proc.wait(timeout=10)
     fresh = baselines.fresh_python(N_BASE)
     node = baselines.node_worker(N_BASE)
+    floor = baselines.fastapi_floor(free_port(), N_SEQ)
     print(f"python isolation layers on: {measured['isolation']}")
     print()
-    print("\n".join(table(measured, fresh, node)))
+    print("\n".join(table(measured, fresh, node, floor)))
     print()
     print("| memory (after the load run) | USS / PSS |")
     print("|---|---|")
