@@ -49,6 +49,7 @@ export function listPage(main, ctx) {
     h("option", { value: "disabled", text: "disabled" }),
   );
   const alert = h("p", { class: "form-alert", role: "alert" });
+  const note = h("p", { class: "note", role: "status", text: ctx.takeFlash() || "" });
   // Explicit roles: the narrow layout restyles the table as cards, the semantics stay a table.
   const tbody = h("tbody", { role: "rowgroup" });
   const empty = h("p", { class: "empty", hidden: true, text: "No tools match." });
@@ -72,6 +73,7 @@ export function listPage(main, ctx) {
     )),
     h("div", { class: "filters" }, field("Filter by name", nameFilter), field("Status", statusFilter)),
     alert,
+    note,
     summary,
     h("div", { class: "scroll" }, table),
     empty,

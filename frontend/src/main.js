@@ -16,7 +16,6 @@ let flash = null;
 const ctx = {
   workspaceId: null,
   workspaces: [],
-  scopes: { write: true },
   navigate(hash) {
     if (window.location.hash === hash) route();
     else window.location.hash = hash;

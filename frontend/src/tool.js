@@ -42,7 +42,7 @@ export function toolPage(main, ctx, { toolId, language, generate }) {
     clear(head, h("h1", { text: tool ? `Tool: ${tool.name}` : "New tool" }), h("a", { href: "#/", text: "All tools" }));
   };
 
-  const act = async (label, fn) => {
+  const act = async (fn) => {
     alert.textContent = "";
     try {
       await fn();
@@ -52,20 +52,24 @@ export function toolPage(main, ctx, { toolId, language, generate }) {
     }
   };
 
+  let drawnStatus = null;
   const drawStatus = () => {
     if (!tool) return;
     clear(statusBox, statusLine(tool));
+    // The buttons are redrawn only when the status changes, so a poll never takes focus away.
+    if (drawnStatus === tool.status) return;
+    drawnStatus = tool.status;
     const buttons = [];
     if (tool.status === "disabled") {
-      buttons.push(h("button", { type: "button", onclick: () => act("Enable", async () => setTool((await api("POST", `/v1/custom-tools/${q(tool.id)}/enable`)).data, "Enabled.")), text: "Enable" }));
+      buttons.push(h("button", { type: "button", onclick: () => act(async () => setTool((await api("POST", `/v1/custom-tools/${q(tool.id)}/enable`)).data, "Enabled.")), text: "Enable" }));
     } else {
-      buttons.push(h("button", { type: "button", onclick: () => act("Disable", async () => setTool((await api("POST", `/v1/custom-tools/${q(tool.id)}/disable`, {})).data, "Disabled.")), text: "Disable" }));
+      buttons.push(h("button", { type: "button", onclick: () => act(async () => setTool((await api("POST", `/v1/custom-tools/${q(tool.id)}/disable`, {})).data, "Disabled.")), text: "Disable" }));
     }
     buttons.push(
       h("button", {
         type: "button",
         class: "danger",
-        onclick: () => act("Delete", async () => {
+        onclick: () => act(async () => {
           if (!window.confirm(`Delete the tool ${tool.name}? Its versions go with it.`)) return;
           await api("DELETE", `/v1/custom-tools/${q(tool.id)}`);
           ctx.flash(`Deleted ${tool.name}.`);
@@ -74,7 +78,9 @@ export function toolPage(main, ctx, { toolId, language, generate }) {
         text: "Delete",
       }),
     );
+    const hadFocus = actions.contains(document.activeElement);
     clear(actions, buttons);
+    if (hadFocus) buttons[0].focus(); // Enable became Disable (or back): keep the keyboard here
   };
 
   let history = null;
@@ -89,7 +95,7 @@ export function toolPage(main, ctx, { toolId, language, generate }) {
   // -- validation as you type (the API's own checks; nothing is stored)
   let seq = 0;
   let timer = null;
-  let canValidate = ctx.scopes.write;
+  let canValidate = true;
   const validate = async () => {
     if (!canValidate) return;
     const mine = ++seq;
@@ -108,8 +114,8 @@ export function toolPage(main, ctx, { toolId, language, generate }) {
       note.textContent = "No problems found.";
     } catch (err) {
       if (mine !== seq || !(err instanceof ApiError)) return;
-      if (err.status === 404 || err.status === 405) {
-        canValidate = false;
+      if (err.status === 403 || err.status === 404 || err.status === 405) {
+        canValidate = false; // a read-only token, or a service without the path: Save still says
         return;
       }
       showProblems(formBox, err, { message: false });

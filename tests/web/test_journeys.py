@@ -92,6 +92,7 @@ def test_counts_move_after_invocations_and_an_auto_disabled_tool_is_re_enabled(
     expect(page.get_by_test_id("tool-status")).to_have_text("disabled")
     page.get_by_role("button", name="Enable").click()
     expect(page.get_by_test_id("tool-status")).to_have_text("active")
+    expect(page.get_by_role("button", name="Disable")).to_be_focused()
     expect(page.get_by_role("button", name="Enable")).to_have_count(0)
     assert live.tool(tool["id"]).json()["data"]["failure_count"] == 0
     page.get_by_role("link", name="All tools").click()
@@ -146,6 +147,7 @@ def test_create_refuses_a_syntax_error_at_its_line_then_edits_versions_and_delet
     page.once("dialog", lambda d: d.accept())
     page.get_by_role("button", name="Delete").click()
     expect(page.get_by_role("heading", name="Custom tools")).to_be_visible()
+    expect(page.get_by_role("status")).to_have_text("Deleted greet-someone.")
     expect(row_of(page, "greet-someone")).to_have_count(0)
     assert live.tool(tool_id).status_code == 404
 
