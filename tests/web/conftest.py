@@ -33,6 +33,14 @@ BUNDLE = ROOT / "src" / "toolkiln" / "web" / "static" / "app.js"
 SHOTS = os.environ.get("TOOLKILN_UI_SCREENSHOTS")
 
 
+# Every policy violation on a page is reported to the test (init scripts bypass the policy).
+REPORT_CSP = """document.addEventListener('securitypolicyviolation', (e) => {
+  const t = e.target;
+  const inEditor = Boolean(t && t.closest && (t.closest('.cm-content') || t.closest('.cm-line')));
+  window.__cspViolation(e.violatedDirective, inEditor, e.sample || '');
+});"""
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -126,7 +134,16 @@ class Page:
         self.live = live
         self.errors: list[str] = []
         self.outside: list[str] = []
+        # The view itself never trips its own policy; a test that does on purpose says so.
+        self.csp_violations: list[str] = []
+        self.expect_csp_violations = False
         page.on("pageerror", lambda e: self.errors.append(str(e)))
+
+    def report(self, directive: str, in_editor: bool, sample: str) -> None:
+        # Chrome's own contenteditable editing may write a style attribute into the editor's
+        # lines (the policy refuses it and CodeMirror redraws the line): not the view's doing.
+        if not (directive == "style-src-attr" and in_editor):
+            self.csp_violations.append(f"{directive}: {sample}")
 
     def sign_in(self, token: str = TOKEN) -> None:
         self.page.goto(f"{self.live.url}/ui")
@@ -156,8 +173,12 @@ def tab(browser: Any, live: Live) -> Iterator[Page]:
             route.abort()
 
     context.route("**/*", only_the_service)
+    context.expose_function("__cspViolation", wrapped.report)
+    context.add_init_script(REPORT_CSP)
     try:
         yield wrapped
     finally:
         context.close()
     assert not wrapped.errors, wrapped.errors
+    if not wrapped.expect_csp_violations:
+        assert not wrapped.csp_violations, wrapped.csp_violations

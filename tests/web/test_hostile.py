@@ -156,6 +156,7 @@ def test_every_part_of_a_result_is_shown_and_never_run(
 
 def test_the_policy_blocks_inline_script_eval_and_framing(tab: Page, live: Live) -> None:
     page = tab.page
+    tab.expect_csp_violations = True
     tab.sign_in()
     expect(page.get_by_role("button", name="New tool")).to_be_visible()
     page.evaluate(
@@ -173,4 +174,5 @@ def test_the_policy_blocks_inline_script_eval_and_framing(tab: Page, live: Live)
     frame_page = page.context.new_page()
     frame_page.set_content(f'<iframe src="{live.url}/ui"></iframe>')
     frame_page.wait_for_load_state()
+    assert len(tab.csp_violations) >= 3  # the script, the handler, the timer
     assert frame_page.frame_locator("iframe").get_by_label("Token").count() == 0
