@@ -7,8 +7,10 @@ channel that could go out of step between calls.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -87,3 +89,40 @@ def test_an_oversized_ctx_reply_leaves_nothing_for_the_next_call(pair: Pair, lan
         assert A_SECRET not in str(rows)
     # The host never sends a reply over the jail's cap: the code reads an error envelope.
     assert first["status"] == "ok" and first["raw_data"] == "too_large", first
+
+
+def worker_pids(rt: Runtime) -> set[int]:
+    js = rt.sandboxes["javascript"]
+    low = int(js.config["uid_base"])
+    high = low + int(js.config["uid_count"])
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if low <= entry.stat().st_uid < high:
+                    found.add(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
+def test_a_worker_that_served_one_workspace_never_serves_another(pair: Pair) -> None:
+    """Even an escape from V8 into its worker process must not reach another workspace's
+    calls: a worker serves one workspace for its whole life."""
+    a, b = pair.a, pair.b
+    js = pair.runtime.sandboxes["javascript"]
+    a_tool = a.tool("a-owner", "function main(p) { return { message: 'a' } }")
+    b_tool = b.tool("b-owner", "function main(p) { return { message: 'b' } }")
+    assert a.invoke(a_tool)["message"] == "a"
+    retired = js.retired_for_another_workspace
+    assert a.invoke(a_tool)["message"] == "a"
+    assert js.retired_for_another_workspace == retired  # the same workspace keeps its worker
+    a_workers = worker_pids(pair.runtime)
+    assert b.invoke(b_tool)["message"] == "b"
+    assert js.retired_for_another_workspace == retired + 1
+    deadline = time.monotonic() + 10  # killed at once; gone once the template reaps it
+    while a_workers & worker_pids(pair.runtime):
+        assert time.monotonic() < deadline, "A's worker is still alive"
+        time.sleep(0.01)
+    assert a.invoke(a_tool)["message"] == "a"
+    assert js.retired_for_another_workspace == retired + 2

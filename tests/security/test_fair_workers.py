@@ -58,8 +58,6 @@ def test_one_workspace_cannot_hold_every_worker(pair: Pair) -> None:
     codes = sorted(r["error"]["code"] for r in results)
     # A's first call ran to its limit; its queued calls waited within their own deadlines.
     assert codes == ["timeout", "timeout", "timeout"], results
-    queued = [r for r in results if (r["error"]["details"] or {}).get("reason")]
-    assert queued, results  # at most one queued call could get the worker in time
     assert pair.runtime.sandboxes["javascript"].fair.busy == 0
 
 

@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import select
 import socket
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from toolkiln.domain.code_check import js_requires, strip_exports
 from toolkiln.domain.execution import RunLink, RunOutcome, RunRequest
 from toolkiln.sandbox.fair import FairShare
 from toolkiln.sandbox.packages import JS_PACKAGES, JsPackageStore
-from toolkiln.sandbox.pool import WarmChild
+from toolkiln.sandbox.pool import SandboxUnavailable, WarmChild
 from toolkiln.sandbox.runner import PythonSandbox
 from toolkiln.sandbox.shares import CallGroup
 
@@ -49,6 +50,10 @@ class JavaScriptSandbox(PythonSandbox):
 
     def _configure(self, config: dict[str, Any]) -> None:
         self.fair = FairShare(self.warm)
+        config["warm"] = self.warm + 1  # one spare, unowned worker (see _take)
+        self.retired_for_another_workspace = 0
+        self._owned: set[tuple[int, int]] = set()  # live workers that serve a workspace
+        self._owned_lock = threading.Lock()
         engine = Path(py_mini_racer.__file__).resolve().parent
         config["runtime"] = "javascript"
         config["js_engine_parent"] = str(engine.parent)  # only without a jail (insecure mode)
@@ -88,8 +93,63 @@ class JavaScriptSandbox(PythonSandbox):
     def _relinquish(self, req: RunRequest) -> None:
         self.fair.release(req.workspace_id)
 
-    def _take(self, timeout: float) -> WarmChild:
-        return self.template.take(timeout=timeout, replenish=False)
+    def _take(self, req: RunRequest, timeout: float) -> WarmChild:
+        """A worker that has served no workspace but this one. A worker that served another
+        workspace is retired rather than handed over, so even an escape from V8 into the
+        worker process cannot reach another workspace's later calls. The pool keeps one
+        spare, unowned worker, so a workspace without a worker of its own takes the spare
+        (and the oldest idle worker of another workspace makes room for the next spare)
+        instead of waiting for V8 to start."""
+        deadline = time.monotonic() + timeout
+        mine = req.workspace_id
+
+        def rank(child: WarmChild) -> int:
+            return 0 if child.owner == mine else 1 if child.owner is None else 2
+
+        while True:
+            left = deadline - time.monotonic()
+            child = self.template.take(timeout=max(0.0, left), replenish=False, rank=rank)
+            if child.owner == mine:
+                return child
+            if child.owner is None:
+                child.owner = mine
+                self._restore_spare(child, mine)
+                return child
+            self.retired_for_another_workspace += 1
+            self._retire(child, forget=True)
+
+    def _restore_spare(self, claimed: WarmChild, mine: str) -> None:
+        """An unowned worker was claimed. The pool holds ``warm`` + 1 workers; once more than
+        ``warm`` are owned, the oldest idle worker of another workspace is retired, and its
+        replacement is the next spare."""
+        with self._owned_lock:
+            self._owned.add((claimed.gen, claimed.pid))
+            over = len(self._owned) > self.warm
+        if over:
+            self._evict_foreign(mine)
+
+    def _evict_foreign(self, mine: str) -> None:
+        """Retire the oldest idle worker of another workspace, if there is one."""
+        try:
+            child = self.template.take(
+                timeout=0, replenish=False, rank=lambda c: 0 if c.owner not in (None, mine) else 1
+            )
+        except SandboxUnavailable:
+            return
+        if child.owner in (None, mine):
+            self.template.give_back(child)
+            return
+        self.retired_for_another_workspace += 1
+        self._retire(child, forget=True)
+
+    def _retire(self, child: WarmChild, forget: bool) -> None:
+        """Kill a worker and ask for a fresh one; ``forget``: nobody will ask how it ended."""
+        with self._owned_lock:
+            self._owned.discard((child.gen, child.pid))
+        child.close()
+        self.template.replace(child)
+        if forget:
+            self.template.forget_exit(child)
 
     def _arm(self, child: WarmChild, req: RunRequest) -> None:
         """A worker's CPU limit covers its whole life (several calls): nothing per call."""
@@ -115,14 +175,14 @@ class JavaScriptSandbox(PythonSandbox):
             if child.uses < RECYCLE_AFTER:
                 self.template.give_back(child)
                 return
-        child.close()
-        self.template.replace(child)
-        if outcome is not None and outcome.kind not in {"crash", "violation", "memory"}:
-            self.template.forget_exit(child)
+        self._retire(
+            child, outcome is not None and outcome.kind not in {"crash", "violation", "memory"}
+        )
 
     def describe(self) -> dict[str, Any]:
         described = super().describe()
         described["isolation"]["channel"] = "a socketpair per call, passed to the worker"
+        described["isolation"]["worker_per_workspace"] = True
         described.update(
             entrypoints=[
                 {"name": "main", "signature": "[export] [async] function main(params, ctx?)"},

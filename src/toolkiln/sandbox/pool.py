@@ -23,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,7 @@ class WarmChild:
     cgroup: Handle | None = None
     uses: int = 0  # calls served (JavaScript workers serve several)
     gen: int = 0  # which template process forked it
+    owner: str | None = None  # the one workspace a long-lived worker serves, once it served one
 
     def limit_cpu(self, seconds: int) -> None:
         """The call's CPU-time soft limit (SIGXCPU), set by the host: tool code may not touch
@@ -351,9 +353,15 @@ class Template:
         if child is None or (self._gen is not None and child.gen == self._gen.number):
             self._request(1)
 
-    def take(self, timeout: float, replenish: bool = True) -> WarmChild:
+    def take(
+        self,
+        timeout: float,
+        replenish: bool = True,
+        rank: Callable[[WarmChild], int] | None = None,
+    ) -> WarmChild:
         """A live child of the running template, waiting up to ``timeout`` (also for a
-        restart). A child found dead is discarded and replaced, never handed out."""
+        restart). A child found dead is discarded and replaced, never handed out. With
+        ``rank``, the ready child ranked lowest is taken first."""
         deadline = time.monotonic() + timeout
         dead: list[WarmChild] = []
         try:
@@ -362,6 +370,11 @@ class Template:
                     if self._closed.is_set():
                         raise SandboxUnavailable("the sandbox is shut down")
                     current = self._gen.number if self.alive else -1  # type: ignore[union-attr]
+                    if rank is not None and len(self._ready) > 1:
+                        best = min(range(len(self._ready)), key=lambda i: rank(self._ready[i]))
+                        chosen = self._ready[best]
+                        del self._ready[best]
+                        self._ready.appendleft(chosen)
                     while self._ready:
                         child = self._ready.popleft()
                         if child.gen == current and child.alive():

@@ -252,7 +252,7 @@ class PythonSandbox:
         deadline: float,
     ) -> RunOutcome:
         try:
-            child = self._take(max(1.0, req.timeout_ms / 1000))
+            child = self._take(req, max(1.0, req.timeout_ms / 1000))
         except SandboxUnavailable as exc:
             return RunOutcome("infra", message=str(exc))
         if not link.admit():
@@ -312,7 +312,7 @@ class PythonSandbox:
     def _configure(self, config: dict[str, Any]) -> None:
         """Hook for other runtimes on the same jail."""
 
-    def _take(self, timeout: float) -> WarmChild:
+    def _take(self, req: RunRequest, timeout: float) -> WarmChild:
         return self.template.take(timeout=timeout)
 
     def _arm(self, child: WarmChild, req: RunRequest) -> None:
