@@ -65,3 +65,75 @@ def test_bootstrap_token_makes_start_up_scriptable(tmp_path: Path) -> None:
         assert [w.name for w in access.list_workspaces(who)] == ["default"]
     finally:
         runtime.close()
+
+
+def run_in(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """The CLI as a user runs it from ``cwd``, without TOOLKILN_DATA_DIR unless given."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith("TOOLKILN_")}
+    return subprocess.run(
+        [sys.executable, "-m", "toolkiln.cli.main", *args],
+        env={**full, **env},
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_commands_are_quiet_unless_they_migrate(tmp_path: Path) -> None:
+    first = run(tmp_path, "migrate")
+    assert first.returncode == 0, first.stderr
+    assert first.stderr.startswith("migrated the database to revision ")
+    assert "INFO" not in first.stderr and first.stderr.count("\n") == 1
+    for args in (("migrate",), ("workspace", "list"), ("token", "list")):
+        again = run(tmp_path, *args)
+        assert again.returncode == 0 and again.stderr == "", (args, again.stderr)
+
+
+def test_database_commands_do_not_load_the_service(tmp_path: Path) -> None:
+    """What makes them quick: no FastAPI, MCP SDK, sandbox or Alembic in the process."""
+    code = (
+        "import sys\n"
+        "from toolkiln.cli.main import main\n"
+        "assert main(['workspace', 'list']) == 0\n"
+        "heavy = [m for m in ('fastapi', 'mcp', 'toolkiln.app', 'toolkiln.sandbox.runner',"
+        " 'alembic', 'openai') if m in sys.modules]\n"
+        "print('HEAVY', heavy)\n"
+    )
+    assert run(tmp_path, "migrate").returncode == 0
+    env = {**os.environ, "TOOLKILN_DATA_DIR": str(tmp_path)}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "HEAVY []" in proc.stdout, proc.stdout
+
+
+def test_the_data_directory_is_found_from_below_the_project(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    refused = run_in(project, "workspace", "create", "found-me")
+    assert refused.returncode == 2 and "no_data_dir" in refused.stderr
+    assert not (project / "data").exists()
+    assert run_in(project, "migrate").returncode == 0  # as `serve` would, it makes ./data
+    assert (project / "data" / "toolkiln.db").is_file()
+    made = run_in(project, "workspace", "create", "found-me")
+    assert made.returncode == 0, made.stderr
+    deeper = project / "src" / "pkg"
+    deeper.mkdir(parents=True)
+    listed = run_in(deeper, "workspace", "list")
+    assert listed.returncode == 0, listed.stderr
+    assert "found-me" in listed.stdout
+    assert not (deeper / "data").exists()
+
+
+def test_a_command_where_there_is_no_data_says_where_it_looked(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for args in (("mcp", "--agent", "nope"), ("token", "list"), ("workspace", "list")):
+        proc = run_in(elsewhere, *args)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert proc.stderr.startswith("error: no_data_dir: ")
+        assert str(elsewhere / "data") in proc.stderr and "TOOLKILN_DATA_DIR" in proc.stderr
+        assert not (elsewhere / "data").exists(), args

@@ -16,7 +16,6 @@ from toolkiln.builtins.email import SendEmail, SmtpConfig
 from toolkiln.builtins.files import SurfaceFile
 from toolkiln.builtins.search import WebSearch, make_provider
 from toolkiln.config import Settings
-from toolkiln.domain.errors import ServiceUnavailable
 from toolkiln.mcp_server.http import McpHttp
 from toolkiln.sandbox.js_runner import JavaScriptSandbox
 from toolkiln.sandbox.packages import JsPackageStore, PackageStore
@@ -59,13 +58,7 @@ class Runtime:
 
 def build(settings: Settings, *, migrate: bool = True, sandbox: bool = True) -> Runtime:
     """``sandbox=False`` for CLI commands that only touch the database."""
-    try:
-        settings.ensure_data_dir()
-    except OSError as exc:
-        raise ServiceUnavailable(
-            f"The data directory {settings.data_dir} is not writable ({exc.strerror or exc}).",
-            code="data_dir_not_writable",
-        ) from exc
+    settings.ensure_data_dir()
     database = Database(settings.resolved_database_url(), pool_size=settings.db_pool_size)
     if migrate:
         database.migrate()

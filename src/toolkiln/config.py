@@ -12,6 +12,8 @@ from pathlib import Path
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from toolkiln.domain.errors import ServiceUnavailable
+
 
 class Settings(BaseSettings):
     """All configuration. docs/configuration.md documents each field; a test keeps them in step."""
@@ -66,9 +68,16 @@ class Settings(BaseSettings):
         return path.read_text().strip().encode()
 
     def ensure_data_dir(self) -> None:
-        """Create the data directory and prove it writable (OSError if not): a probe file
-        is the only check that also holds for root and for read-only mounts."""
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        probe = self.data_dir / f".write-probe-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
+        """Create the data directory and prove it writable (``data_dir_not_writable`` if
+        not): a probe file is the only check that also holds for root and for read-only
+        mounts."""
+        try:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            probe = self.data_dir / f".write-probe-{os.getpid()}"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            raise ServiceUnavailable(
+                f"The data directory {self.data_dir} is not writable ({exc.strerror or exc}).",
+                code="data_dir_not_writable",
+            ) from exc

@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from toolkiln.api import serialize
 from toolkiln.domain.auth import Principal
-from toolkiln.services.container import Services
-from toolkiln.services.generate import GenerateRequest, tool_draft_of
+
+if TYPE_CHECKING:  # imported when the command runs: other commands need not pay for them
+    from toolkiln.services.container import Services
 
 
 def add_parser(sub: Any) -> None:
@@ -39,6 +39,9 @@ def _progress(kind: str, data: dict[str, Any]) -> None:
 
 def run(services: Services, args: argparse.Namespace) -> None:
     """The local user acts with write access to the workspace, like the rest of the CLI."""
+    from toolkiln.api import serialize
+    from toolkiln.services.generate import GenerateRequest, tool_draft_of
+
     workspace = services.access.resolve_workspace(args.workspace)
     who = Principal("local-cli", workspace.id, frozenset({"read", "write"}))
     wanted = GenerateRequest(workspace.id, args.description, args.language, args.name)

@@ -11,15 +11,22 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
-from toolkiln.app import Runtime, build, build_app
 from toolkiln.cli import generate
+from toolkiln.cli.local import Local, locate, open_local
 from toolkiln.config import Settings
 from toolkiln.domain.errors import ServiceUnavailable, ToolkilnError
 from toolkiln.domain.ids import rfc3339
 from toolkiln.domain.limits import MAX_TIMEOUT_MS
+
+if TYPE_CHECKING:
+    from toolkiln.app import Runtime
+
+# Commands that need the whole service (sandbox, built-ins); the others run on ``Local``.
+FULL = ("serve", "mcp", "generate")
 
 log = logging.getLogger("toolkiln")
 # Beyond the longest tool timeout: writing results, nested calls' bookkeeping.
@@ -30,7 +37,7 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="toolkiln", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
 
-    serve = sub.add_parser("serve", help="run the API, UI and sandbox pools")
+    serve = sub.add_parser("serve", help="run the API, MCP endpoint, view (/ui) and sandbox pools")
     serve.add_argument("--host", help="address to listen on (default TOOLKILN_HOST or 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (default TOOLKILN_PORT or 8080)")
 
@@ -70,6 +77,8 @@ def _print(obj: object) -> None:
 def _serve(runtime: Runtime, host: str | None, port: int | None) -> None:
     import uvicorn
 
+    from toolkiln.app import build_app
+
     settings = runtime.settings
     bootstrap = settings.bootstrap_token
     issued = runtime.services.access.bootstrap(bootstrap.get_secret_value() if bootstrap else None)
@@ -103,14 +112,33 @@ def _fail(code: str, message: str, details: object = None) -> int:
     return 2
 
 
-def _start(args: argparse.Namespace) -> Runtime:
+def _start(args: argparse.Namespace) -> Runtime | Local:
     try:
         settings = Settings()
     except ValidationError as exc:
         first = exc.errors()[0]
         name = "TOOLKILN_" + "_".join(str(p) for p in first["loc"]).upper()
         raise ServiceUnavailable(f"{name}: {first['msg']}", code="invalid_setting") from exc
-    return build(settings, sandbox=args.command in ("serve", "mcp", "generate"))
+    settings = locate(settings, args.command)
+    if args.command not in FULL:
+        local = open_local(settings)
+        if local.migrated_to and args.command == "migrate":
+            print(f"migrated the database to revision {local.migrated_to}", file=sys.stderr)
+        return local
+    from toolkiln.app import build
+
+    return build(settings, sandbox=True)
+
+
+def _run_full(args: argparse.Namespace, runtime: Runtime) -> None:
+    if args.command == "serve":
+        _serve(runtime, args.host, args.port)
+    elif args.command == "mcp":
+        from toolkiln.mcp_server.stdio import serve_stdio
+
+        serve_stdio(runtime.services, args.agent, args.mode)
+    elif args.command == "generate":
+        generate.run(runtime.services, args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -136,17 +164,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         runtime.close()
 
 
-def _run(args: argparse.Namespace, runtime: Runtime) -> None:
-    access = runtime.services.access
-    if args.command == "serve":
-        _serve(runtime, args.host, args.port)
-    elif args.command == "mcp":
-        from toolkiln.mcp_server.stdio import serve_stdio
-
-        serve_stdio(runtime.services, args.agent, args.mode)
-    elif args.command == "generate":
-        generate.run(runtime.services, args)
-    elif args.command == "migrate":
+def _run(args: argparse.Namespace, runtime: Runtime | Local) -> None:
+    if not isinstance(runtime, Local):
+        _run_full(args, runtime)
+        return
+    access = runtime.access
+    if args.command == "migrate":
         print("database is at the newest migration")
     elif args.command == "workspace" and args.action == "create":
         w = access.create_workspace(None, args.name)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
+import re
 import sqlite3
 import threading
 import zlib
@@ -13,8 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
 
 from toolkiln.domain.errors import Conflict, ServiceUnavailable
 from toolkiln.storage.repos import SqlUnitOfWork
@@ -129,15 +129,23 @@ class Database:
         except sa.exc.SQLAlchemyError as exc:
             return _cause(exc)
 
-    def migrate(self) -> None:
-        """Bring the schema to the newest migration (idempotent).
+    def migrate(self) -> str | None:
+        """Bring the schema to the newest migration (idempotent); the revision it migrated
+        to, or None when the schema was at head already.
+
+        At head (every start but the first after an upgrade) Alembic is not even imported:
+        one ``SELECT`` on ``alembic_version`` decides, so a CLI command stays quick and
+        quiet.
 
         Replicas started together on a new database must not all create it: on PostgreSQL
         the upgrade runs under a transaction-scoped advisory lock, on SQLite under the
         write lock that ``BEGIN IMMEDIATE`` takes. Whoever waits finds the schema at head.
         """
         try:
+            if self._at_head():
+                return None
             self._migrate()
+            return head_revision()
         except sa.exc.SQLAlchemyError as exc:
             if not is_outage(exc):
                 raise
@@ -146,7 +154,17 @@ class Database:
                 f"The database {where} is unreachable: {_cause(exc)}", code="unavailable"
             ) from exc
 
+    def _at_head(self) -> bool:
+        with self.engine.connect() as conn:
+            if not sa.inspect(conn).has_table("alembic_version"):
+                return False
+            found = conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalars()
+            return list(found) == [head_revision()]
+
     def _migrate(self) -> None:
+        from alembic import command
+        from alembic.config import Config
+
         with self.engine.begin() as conn:
             if not self.is_sqlite:
                 conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": MIGRATION_LOCK})
@@ -157,6 +175,26 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+@functools.cache
+def head_revision() -> str:
+    """The newest revision of ``migrations/versions``: the one no other names as its
+    ``down_revision`` (read from the files, without loading Alembic)."""
+    revisions: set[str] = set()
+    parents: set[str] = set()
+    for path in (MIGRATIONS / "versions").glob("[0-9]*.py"):
+        text = path.read_text()
+        found = re.search(r"^revision(?:\s*:[^=\n]*)?\s*=\s*[\"']([^\"']+)", text, re.M)
+        down = re.search(r"^down_revision(?:\s*:[^=\n]*)?\s*=\s*[\"']([^\"']+)", text, re.M)
+        if found:
+            revisions.add(found.group(1))
+        if down:
+            parents.add(down.group(1))
+    heads = sorted(revisions - parents)
+    if len(heads) != 1:  # Alembic itself reports a branched history
+        return ",".join(heads)
+    return heads[0]
 
 
 def _cause(exc: sa.exc.SQLAlchemyError) -> str:
