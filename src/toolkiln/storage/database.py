@@ -142,10 +142,7 @@ class Database:
         write lock that ``BEGIN IMMEDIATE`` takes. Whoever waits finds the schema at head.
         """
         try:
-            if self._at_head():
-                return None
-            self._migrate()
-            return head_revision()
+            return self._migrate()
         except sa.exc.SQLAlchemyError as exc:
             if not is_outage(exc):
                 raise
@@ -154,27 +151,34 @@ class Database:
                 f"The database {where} is unreachable: {_cause(exc)}", code="unavailable"
             ) from exc
 
-    def _at_head(self) -> bool:
-        with self.engine.connect() as conn:
-            if not sa.inspect(conn).has_table("alembic_version"):
-                return False
-            found = conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalars()
-            return list(found) == [head_revision()]
-
-    def _migrate(self) -> None:
-        from alembic import command
-        from alembic.config import Config
-
+    def _migrate(self) -> str | None:
         with self.engine.begin() as conn:
             if not self.is_sqlite:
                 conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": MIGRATION_LOCK})
+            # Under the lock, so that whoever waited sees what the migrator did.
+            if _at_head(conn):
+                return None
+            with _ALEMBIC_IMPORT:  # Alembic's modules are not safe to import from two threads
+                from alembic import command
+                from alembic.config import Config
             cfg = Config()
             cfg.set_main_option("script_location", str(MIGRATIONS))
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, "head")
+        return head_revision()
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+_ALEMBIC_IMPORT = threading.Lock()
+
+
+def _at_head(conn: sa.Connection) -> bool:
+    if not sa.inspect(conn).has_table("alembic_version"):
+        return False
+    found = conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalars()
+    return list(found) == [head_revision()]
 
 
 @functools.cache
