@@ -108,7 +108,7 @@ def build(settings: Settings, *, migrate: bool = True, sandbox: bool = True) -> 
             router.specs,
             settings.llm_max_attempts,
         ),
-        changes=feed_for(database.url),
+        changes=lambda: feed_for(database.url),
         background=background,
     )
     return Runtime(settings, database, services, sandboxes)

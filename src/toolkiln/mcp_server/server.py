@@ -87,7 +87,7 @@ def tool_list_watcher(services: Services, listeners: Listeners) -> Loop:
 
     async def watch(healthy: Callable[[], None]) -> None:
         nonlocal last
-        feed = services.changes
+        feed = services.changes()
         try:
             await feed.wait(0)  # listening before the first look
             while True:

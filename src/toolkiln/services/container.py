@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from toolkiln.services.access import AccessService
@@ -29,6 +30,7 @@ class Services:
     outbox: OutboxService
     agents: AgentService
     generate: GenerateService
-    changes: ChangeFeed
+    # A new feed for each watcher (each holds its own LISTEN connection on PostgreSQL).
+    changes: Callable[[], ChangeFeed]
     # The service's background loops; /healthz reports theirs.
     background: Supervisor = field(default_factory=Supervisor)
