@@ -15,9 +15,11 @@ import sqlalchemy as sa
 
 from tests.conftest import PG_URL
 from tests.reliability.harness import TOOLKILN, fresh_postgres_database
+from toolkiln.services.access import AccessService
 from toolkiln.storage.database import Database
 
 REPLICAS = 6
+TOKEN = "tk_together-admin-token"
 
 
 @pytest.fixture
@@ -45,11 +47,16 @@ def test_migrations_started_at_one_moment_all_succeed(fresh_url: str) -> None:
     barrier = threading.Barrier(REPLICAS)
     failures: list[BaseException] = []
 
+    issued: list[object] = []
+
     def replica() -> None:
         db = Database(fresh_url, pool_size=1)
         try:
             barrier.wait(30)
             db.migrate()
+            # Then each bootstraps the admin token, as `serve` does: one creates it.
+            barrier.wait(30)
+            issued.append(AccessService(db.transaction).bootstrap(TOKEN))
         except BaseException as exc:
             failures.append(exc)
         finally:
@@ -64,6 +71,7 @@ def test_migrations_started_at_one_moment_all_succeed(fresh_url: str) -> None:
     assert not any(t.is_alive() for t in threads), "a migrator is stuck"
     assert not failures, failures
     assert len(_head(fresh_url)) == 1
+    assert len([i for i in issued if i is not None]) == 1
 
 
 def test_replica_processes_started_together_all_start(tmp_path: Path) -> None:

@@ -171,7 +171,17 @@ class AccessService:
     # -- first start
 
     def bootstrap(self, value: str | None) -> IssuedToken | None:
-        """Create workspace ``default`` and an admin token if no admin token exists yet."""
+        """Create workspace ``default`` and an admin token if no admin token exists yet.
+
+        Replicas started together on a new database race here; the one that loses (its
+        ``default`` workspace clashes) looks again and finds the winner's admin token.
+        """
+        try:
+            return self._bootstrap(value)
+        except Conflict:
+            return self._bootstrap(value)
+
+    def _bootstrap(self, value: str | None) -> IssuedToken | None:
         with self._uow() as tx:
             if tx.tokens.any_admin():
                 return None
