@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 from pathlib import Path
 
@@ -76,3 +77,13 @@ def test_bad_setting_is_one_line(tmp_path: Path) -> None:
 def test_command_refusal_is_one_line(tmp_path: Path) -> None:
     env = {"TOOLKILN_DATA_DIR": str(tmp_path)}
     one_line_error(toolkiln("token", "revoke", "no-such-token", env=env), "not_found")
+
+
+def test_taken_port_is_one_line(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {"TOOLKILN_DATA_DIR": str(tmp_path), "TOOLKILN_PORT": str(port)}
+        line = one_line_error(toolkiln("serve", env=env), "cannot_listen")
+    assert f"127.0.0.1:{port}" in line

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import socket
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -74,7 +75,7 @@ def _print(obj: object) -> None:
     print(json.dumps(obj, indent=2, default=str))
 
 
-def _serve(runtime: Runtime, host: str | None, port: int | None) -> None:
+def _serve(runtime: Runtime, sock: socket.socket) -> None:
     import uvicorn
 
     from toolkiln.app import build_app
@@ -92,16 +93,33 @@ def _serve(runtime: Runtime, host: str | None, port: int | None) -> None:
     # On SIGTERM uvicorn stops listening, closes idle connections and waits for the calls in
     # flight (each bounded by its own timeout, at most MAX_TIMEOUT_MS) to answer; only then
     # does the lifespan end, closing the sandbox pools and the database.
-    uvicorn.run(
+    config = uvicorn.Config(
         build_app(runtime),
-        host=host or settings.host,
-        port=port or settings.port,
         log_level="info",
         access_log=False,
         loop="uvloop",
         http="httptools",
         timeout_graceful_shutdown=MAX_TIMEOUT_MS // 1000 + DRAIN_MARGIN_S,
     )
+    with sock:
+        uvicorn.Server(config).run(sockets=[sock])
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """Bound here, not by uvicorn, so that a taken port is a one-line error like the rest."""
+    sock = None
+    try:
+        family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+    except OSError as exc:
+        if sock is not None:
+            sock.close()
+        raise ServiceUnavailable(
+            f"Cannot listen on {host}:{port} ({exc.strerror or exc}).", code="cannot_listen"
+        ) from exc
+    return sock
 
 
 def _fail(code: str, message: str, details: object = None) -> int:
@@ -127,12 +145,15 @@ def _start(args: argparse.Namespace) -> Runtime | Local:
         return local
     from toolkiln.app import build
 
+    if args.command == "serve":
+        # Bound first: a taken port fails before migrations and sandbox pools start.
+        args.listening = _listen(args.host or settings.host, args.port or settings.port)
     return build(settings, sandbox=True)
 
 
 def _run_full(args: argparse.Namespace, runtime: Runtime) -> None:
     if args.command == "serve":
-        _serve(runtime, args.host, args.port)
+        _serve(runtime, args.listening)
     elif args.command == "mcp":
         from toolkiln.mcp_server.stdio import serve_stdio
 
