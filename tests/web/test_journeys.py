@@ -171,6 +171,7 @@ def test_test_run_shows_the_result_and_an_input_problem_next_to_input(
     expect(result).to_contain_text("Duration")
     expect(result).to_contain_text("ctx calls")
     expect(result).to_contain_text('"id": "A-17"')
+    tab.shot("test-run.png", page.get_by_role("region", name="Test run"))
     # A test run counts nothing.
     assert live.tool(tool["id"]).json()["data"]["usage_count"] == 0
 
