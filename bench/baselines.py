@@ -19,7 +19,9 @@ TOOL = "def main(**params):\n    return {'message': 'ok'}\n"
 
 
 def fresh_python(calls: int) -> list[float]:
-    python = shutil.which("python3") or sys.executable
+    # The interpreter itself (the one the sandbox runs), not a `python3` found on PATH:
+    # on a pyenv machine that is a shell-script shim costing more than the interpreter.
+    python = os.path.realpath(sys.executable)
     cmd = [python, "-I", "-S", "-c", TOOL + "import json\nprint(json.dumps(main()))\n"]
     lat = []
     for _ in range(calls):

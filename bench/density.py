@@ -88,6 +88,27 @@ def settled(service_pid: int, warm: int, wait_s: float = 15.0) -> dict[str, obje
     return found
 
 
+def cpu_ms(pid: int, with_reaped: bool = False) -> float:
+    """CPU time of a process (and of its reaped children), in ms."""
+    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = int(f[11]) + int(f[12]) + (int(f[13]) + int(f[14]) if with_reaped else 0)
+    return ticks * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_ms(root: int) -> float:
+    """CPU of every process under ``root`` (not ``root`` itself), reaped children included."""
+    tree = _children()
+    total, todo = 0.0, list(tree.get(root, []))
+    while todo:
+        pid = todo.pop()
+        todo += tree.get(pid, [])
+        try:
+            total += cpu_ms(pid, with_reaped=True)
+        except OSError:
+            continue
+    return total
+
+
 def lines(found: dict[str, object]) -> list[str]:
     def mb(m: object) -> str:
         if not isinstance(m, Mem):

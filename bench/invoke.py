@@ -133,8 +133,14 @@ def measure_service(port: int, pid: int) -> dict[str, object]:
     loop = create(c, ws, "bench-ctx", "python", CTX_TOOL, input_schema=schema)
     out: dict[str, object] = {}
     out["isolation"] = c.call("GET", "/v1/custom-tools/runtimes")[1]["data"]["python"]["isolation"]
-    out["python"] = sequential(c, py, {"input": {}}, N_SEQ)
-    out["javascript"] = sequential(c, js, {"input": {}}, N_SEQ)
+    for name, url in (("python", py), ("javascript", js)):
+        before = density.cpu_ms(pid), density.tree_cpu_ms(pid)
+        out[name] = sequential(c, url, {"input": {}}, N_SEQ)
+        calls = len(out[name]) + min(50, N_SEQ)  # the warm-up calls count too
+        out[f"{name}_cpu"] = (
+            (density.cpu_ms(pid) - before[0]) / calls,
+            (density.tree_cpu_ms(pid) - before[1]) / calls,
+        )
     with_calls, without = [], []
     for _ in range(30):
         with_calls.append(timed(c, "POST", loop, {"input": {"n": CTX_CALLS}}))
@@ -162,6 +168,10 @@ def table(
         f"| throughput, {CONC} clients for {SECONDS:.0f} s, Python tool | {m['rate']:.0f} calls/s"
         f" (p50 {pct(loaded, 0.5):.1f} ms, p99 {pct(loaded, 0.99):.1f} ms under load) |",
         f"| one `ctx.tools.calculate` round trip | {m['ctx_ms']:.3f} ms |",
+        "| CPU per sequential call: service / sandbox processes, Python | "
+        "{:.2f} / {:.2f} ms |".format(*m["python_cpu"]),  # type: ignore[str-format]
+        "| CPU per sequential call: service / sandbox processes, JavaScript | "
+        "{:.2f} / {:.2f} ms |".format(*m["javascript_cpu"]),  # type: ignore[str-format]
         f"| `GET /healthz`, p50 / p99 | {pct(hz, 0.5):.2f} / {pct(hz, 0.99):.2f} ms |",
         f"| the HTTP floor: a bare FastAPI GET on the same uvicorn, p50 / p99 "
         f"| {pct(floor, 0.5):.2f} / {pct(floor, 0.99):.2f} ms |",
