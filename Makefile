@@ -18,6 +18,8 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-* && touch $@
 
 $(WEB_DEPS): $(WEB)/package.json $(WEB)/package-lock.json
+	@command -v npm >/dev/null || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; }
 	cd $(WEB) && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
