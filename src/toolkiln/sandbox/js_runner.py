@@ -151,9 +151,6 @@ class JavaScriptSandbox(PythonSandbox):
         if forget:
             self.template.forget_exit(child)
 
-    def _arm(self, child: WarmChild, req: RunRequest) -> None:
-        """A worker's CPU limit covers its whole life (several calls): nothing per call."""
-
     def _open_channel(self, child: WarmChild) -> socket.socket:
         """A channel of this call's own, handed to the worker over its control socket with
         one byte (SCM_RIGHTS) and closed when the call ends: nothing written on it can be

@@ -15,7 +15,6 @@ import contextlib
 import json
 import logging
 import os
-import resource
 import select
 import signal
 import socket
@@ -36,7 +35,7 @@ TEMPLATE = Path(__file__).parent / "jail" / "template.py"
 # Signals tool code cannot send itself: seccomp refuses them in kill/tkill/tgkill and refuses
 # the other ways to pick a signal (timer_create, fcntl F_SETSIG). The kernel's own SIGKILL
 # for RLIMIT_CPU cannot come first either: tools may not change RLIMIT_CPU, and its hard
-# limit is set past what any call can use before its deadline (jail/child.py). So a death by
+# limit is past what any call can use before its deadline (jail/child.py). So a death by
 # one of them that the cgroup's OOM killer does not explain came from outside the sandbox.
 OUTSIDE_SIGNALS = frozenset(
     {signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT}
@@ -60,13 +59,6 @@ class WarmChild:
     uses: int = 0  # calls served (JavaScript workers serve several)
     gen: int = 0  # which template process forked it
     owner: str | None = None  # the one workspace a long-lived worker serves, once it served one
-
-    def limit_cpu(self, seconds: int) -> None:
-        """The call's CPU-time soft limit (SIGXCPU), set by the host: tool code may not touch
-        RLIMIT_CPU. The hard limit stays the backstop set when the child was made."""
-        with contextlib.suppress(OSError, ValueError):
-            _, hard = resource.prlimit(self.global_pid, resource.RLIMIT_CPU)
-            resource.prlimit(self.global_pid, resource.RLIMIT_CPU, (min(seconds, hard), hard))
 
     def alive(self) -> bool:
         """A pidfd polls readable once its process has ended."""

@@ -263,7 +263,6 @@ class PythonSandbox:
         except JoinFailed:
             self._release(child, None, clean=False)
             return RunOutcome("infra", message="The nested run could not share its call's limits.")
-        self._arm(child, req)
         run = secrets.token_hex(8)  # every frame of this run must carry it
         session = Session(self.limits.caps, run, link, member.group.audit)
         outcome: RunOutcome | None = None
@@ -314,11 +313,6 @@ class PythonSandbox:
 
     def _take(self, req: RunRequest, timeout: float) -> WarmChild:
         return self.template.take(timeout=timeout)
-
-    def _arm(self, child: WarmChild, req: RunRequest) -> None:
-        """Per-call limits the host sets on the child before the request: its CPU time
-        (SIGXCPU, reported as a timeout) one second past the call's time limit."""
-        child.limit_cpu(max(1, min(self.limits.max_cpu_s, req.timeout_ms // 1000 + 1)))
 
     def _release(self, child: WarmChild, outcome: RunOutcome | None, clean: bool) -> None:
         """A Python child serves one call: it is killed whatever happened."""

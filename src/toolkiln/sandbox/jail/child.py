@@ -13,10 +13,11 @@ import linux
 def _limits(cfg: dict) -> None:
     mb = 1024 * 1024
     cpu = int(cfg["max_cpu_s"])
-    # The soft limit (SIGXCPU) is the host's to lower per call; tool code may not change
-    # RLIMIT_CPU at all (seccomp). The hard limit's SIGKILL must never come before the host's
-    # own deadline, or it would look like a kill from outside (pool.OUTSIDE_SIGNALS): every
-    # CPU busy for the longest call, and a margin.
+    # A backstop: the host's clock ends each call. Tool code may not change RLIMIT_CPU
+    # (seccomp), and the hard limit's SIGKILL must never come before the host's deadline, or
+    # it would look like a kill from outside (pool.OUTSIDE_SIGNALS): every CPU busy for the
+    # longest call, and a margin. (The host cannot lower it per call: prlimit on another
+    # uid's process needs CAP_SYS_RESOURCE, which the reference host's root lacks.)
     hard = cpu * len(os.sched_getaffinity(0)) + 2
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, hard))
     if cfg.get("runtime") != "javascript":
