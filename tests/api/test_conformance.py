@@ -227,3 +227,60 @@ def test_the_last_admin_token_cannot_be_revoked(tmp_path: Path) -> None:
             assert client.get("/v1/workspaces", headers=admin).status_code == 200
     finally:
         rt.close()
+
+
+@pytest.mark.parametrize(
+    "path,status",
+    [
+        ("/v1/custom-tools/a%00b", 404),
+        ("/v1/custom-tools/a%00/versions/1", 404),
+        ("/v1/workspaces/a%00", 404),
+        ("/v1/tool-calls/x%00", 404),
+        ("/v1/agents/a%00/tools", 404),
+        ("/mcp/agents/a%00", 404),
+        ("/v1/custom-tools?workspace_id=a%00", 422),
+        ("/v1/audit?event=%00", 422),
+        ("/v1/tokens?workspace_id=%00", 422),
+        ("/v1/outbox?workspace_id=%00", 422),
+        ("/v1/files/a?expires=1&sig=%00", 422),
+    ],
+)
+def test_a_nul_in_a_path_or_query_is_refused_not_a_500(
+    client: TestClient, space: Space, path: str, status: int
+) -> None:
+    """PostgreSQL cannot compare text holding NUL: such a lookup would fail deep down."""
+    r = client.get(path, headers=space.auth("admin"))
+    assert r.status_code == status, r.text
+
+
+@pytest.mark.parametrize(
+    "path,body",
+    [
+        (
+            "/v1/custom-tools",
+            {"workspace_id": "w\x00", "name": "x", "language": "python", "code": "x"},
+        ),
+        ("/v1/tokens", {"workspace_id": "w\x00", "scopes": ["read"]}),
+        ("/v1/agents", {"workspace_id": "w\x00", "name": "a"}),
+    ],
+)
+def test_a_nul_in_a_body_id_is_a_422_not_a_500(
+    client: TestClient, space: Space, path: str, body: dict
+) -> None:
+    r = client.post(path, json=body, headers=space.auth("admin"))
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["details"][0]["field"] == "workspace_id"
+
+
+def test_a_nul_in_a_tool_calls_name_is_a_422_not_a_500(
+    client: TestClient, space: Space, rw
+) -> None:
+    agent = client.post(
+        "/v1/agents", json={"workspace_id": space.id, "name": "nul"}, headers=rw
+    ).json()["data"]
+    r = client.post(
+        f"/v1/agents/{agent['id']}/tool-calls",
+        json={"name": "custom_\x00", "arguments": {}},
+        headers=rw,
+    )
+    assert r.status_code == 422 and r.json()["error"]["details"][0]["field"] == "name"

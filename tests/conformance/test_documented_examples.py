@@ -151,3 +151,19 @@ def test_documented_tool_code_runs(served: Served, example: Example) -> None:
     assert r.status_code == 200, r.text
     result = r.json()["data"]
     assert result["status"] == "ok", result
+
+
+def test_the_mcp_client_configurations_name_their_transport() -> None:
+    """MCP clients such as the official Inspector refuse a server entry without its type."""
+    shown = [json.loads((ROOT / "examples" / "mcp_client_config.json").read_text())]
+    agents = (ROOT / "docs" / "agents.md").read_text()
+    shown += [
+        json.loads(m) for m in re.findall(r"```json\n(\{\n  \"mcpServers\".*?)```", agents, re.S)
+    ]
+    assert len(shown) == 2
+    for config in shown:
+        for name, server in config["mcpServers"].items():
+            kind = server.get("type")
+            assert kind in ("streamable-http", "stdio"), name
+            assert ("url" in server) == (kind == "streamable-http"), name
+            assert ("command" in server) == (kind == "stdio"), name

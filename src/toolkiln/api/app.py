@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 
 import toolkiln
 from toolkiln.api import errors
-from toolkiln.api.middleware import BodyLimit, Metrics
+from toolkiln.api.middleware import BodyLimit, Metrics, NoNul
 from toolkiln.api.models import ErrorEnvelope
 from toolkiln.api.routes import access, agents, audit, builtins, generate, invoke, system, tools
 from toolkiln.domain.limits import MAX_BODY_BYTES
@@ -53,5 +53,6 @@ def create_app(
     for module in (system, access, invoke, generate, tools, audit, builtins, agents):
         app.include_router(module.router)
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
+    app.add_middleware(NoNul)
     app.add_middleware(Metrics, registry=app.state.registry)
     return app

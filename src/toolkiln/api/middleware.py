@@ -1,10 +1,12 @@
-"""Pure ASGI middleware: the request-body cap and Prometheus request metrics."""
+"""Pure ASGI middleware: the request-body cap, NUL in paths and queries, and Prometheus
+request metrics."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import MutableMapping
 from typing import Any
+from urllib.parse import parse_qsl
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -81,6 +83,38 @@ class BodyLimit:
             {"max_bytes": self.max_bytes},
         )
         await response(scope, receive, send)
+
+
+class NoNul:
+    """Refuse a NUL character in the path (404: no id holds one) or in a query parameter
+    (422 naming it) before any route runs: PostgreSQL cannot even compare text with NUL,
+    so such a value would otherwise become a 500 deep in a lookup."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        response = None
+        if "\x00" in scope.get("path", ""):
+            response = envelope(404, "not_found", "No such object (the path holds a NUL).")
+        elif b"%00" in scope.get("query_string", b"") or b"\x00" in scope.get("query_string", b""):
+            query = scope.get("query_string", b"").decode("latin-1")
+            bad = [k for k, v in parse_qsl(query, keep_blank_values=True) if "\x00" in k + v]
+            if bad:
+                field = bad[0] if "\x00" not in bad[0] else "query"
+                response = envelope(
+                    422,
+                    "validation_error",
+                    "A query parameter holds a NUL character.",
+                    [{"field": field, "message": "must not contain NUL characters"}],
+                )
+        if response is None:
+            await self.app(scope, receive, send)
+        else:
+            await response(scope, receive, send)
 
 
 class Metrics:

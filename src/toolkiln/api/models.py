@@ -72,6 +72,11 @@ def _whole_number(value: Any) -> Any:
 # An integer as JSON Schema means it: 350 and 350.0 alike, never "350" or true.
 JsonInt = Annotated[int, BeforeValidator(_whole_number)]
 VersionNumber = Annotated[int, Field(ge=1, le=limits.MAX_VERSION), BeforeValidator(_whole_number)]
+# An id in a body (workspace_id, a tool's name in a call): no NUL, which PostgreSQL cannot
+# even compare; an unknown id is a 404 as ever.
+RefId = Annotated[str, Field(max_length=limits.MAX_CALL_ID_CHARS, pattern=text.NO_NUL_PATTERN)]
+# A filter in a query (workspace_id=, event=, ...): the same rule, stated and enforced.
+Filter = Annotated[str | None, Query(pattern=text.NO_NUL_PATTERN)]
 # Paging query parameters of every listing.
 Cursor = Annotated[str | None, Query(pattern=text.CURSOR_PATTERN)]
 Limit = Annotated[int | None, Query(ge=1, le=limits.MAX_PAGE_SIZE)]
@@ -82,7 +87,7 @@ class WorkspaceIn(Body):
 
 
 class TokenIn(Body):
-    workspace_id: str
+    workspace_id: RefId
     scopes: list[Literal["read", "write", "invoke", "admin"]] = Field(min_length=1)
     name: str | None = Field(None, **LABEL)
 
@@ -151,7 +156,7 @@ class ToolFields(Body):
 
 
 class ToolCreate(ToolFields):
-    workspace_id: str
+    workspace_id: RefId
     name: str = Field(**TOOL_NAME)
     language: Literal["python", "javascript"]
     code: str = Field(**CODE)
@@ -365,7 +370,7 @@ class TestRun(BaseModel):
 
 
 class GenerateIn(Body):
-    workspace_id: str
+    workspace_id: RefId
     description: str = Field(
         min_length=1, max_length=4000, **checked(pattern=text.NOT_BLANK_PATTERN)
     )

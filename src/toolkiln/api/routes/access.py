@@ -48,7 +48,7 @@ def create_token(body: models.TokenIn, who: Caller, svc: Svc) -> dict[str, Any]:
 
 
 @router.get("/tokens", response_model=models.Many[models.Token])
-def list_tokens(who: Caller, svc: Svc, workspace_id: str | None = None) -> dict[str, Any]:
+def list_tokens(who: Caller, svc: Svc, workspace_id: models.Filter = None) -> dict[str, Any]:
     items = svc.access.list_tokens(who, workspace_id)
     return {"data": [serialize.token(t) for t in items], "next_cursor": None}
 

@@ -17,7 +17,7 @@ router = APIRouter(prefix="/v1/agents", tags=["agents"])
 
 
 class AgentIn(models.Body):
-    workspace_id: str
+    workspace_id: models.RefId
     name: str = Field(**models.LABEL)
 
 
@@ -26,7 +26,7 @@ class EnableIn(models.Body):
 
 
 class ToolCallIn(models.Body):
-    name: str = Field(min_length=1, max_length=128)
+    name: models.RefId = Field(min_length=1)
     arguments: Any = Field(default_factory=dict)
     tool_call_id: str | None = models.client_id()
     conversation_id: str | None = models.client_id()
@@ -48,7 +48,7 @@ def create_agent(body: AgentIn, who: Caller, svc: Svc) -> dict[str, Any]:
 
 
 @router.get("")
-def list_agents(who: Caller, svc: Svc, workspace_id: str | None = None) -> dict[str, Any]:
+def list_agents(who: Caller, svc: Svc, workspace_id: models.Filter = None) -> dict[str, Any]:
     return {"data": [_agent(a) for a in svc.agents.all(who, workspace_id)], "next_cursor": None}
 
 

@@ -17,11 +17,11 @@ router = APIRouter(prefix="/v1", tags=["audit"])
 def list_audit(
     who: Caller,
     svc: Svc,
-    workspace_id: str | None = None,
-    tool_id: str | None = None,
-    tool_call_id: str | None = None,
-    agent_id: str | None = None,
-    event: str | None = None,
+    workspace_id: models.Filter = None,
+    tool_id: models.Filter = None,
+    tool_call_id: models.Filter = None,
+    agent_id: models.Filter = None,
+    event: models.Filter = None,
     cursor: models.Cursor = None,
     limit: models.Limit = None,
 ) -> dict[str, Any]:

@@ -52,7 +52,7 @@ def call_builtin(name: str, body: BuiltinCallIn, who: Caller, svc: Svc) -> dict[
 def list_outbox(
     who: Caller,
     svc: Svc,
-    workspace_id: str | None = None,
+    workspace_id: models.Filter = None,
     cursor: models.Cursor = None,
     limit: models.Limit = None,
 ) -> dict[str, Any]:

@@ -58,7 +58,7 @@ def run_code(body: models.RunCodeIn, who: Caller, svc: Svc) -> dict[str, Any]:
 
 @router.get("/tool-calls/{tool_call_id}", response_model=models.One[models.StoredResult])
 def get_tool_call(
-    tool_call_id: str, who: Caller, svc: Svc, workspace_id: str | None = None
+    tool_call_id: str, who: Caller, svc: Svc, workspace_id: models.Filter = None
 ) -> dict[str, Any]:
     """A call of the token's workspace (ids are unique per workspace; an admin token may
     name the workspace, else gets the newest call with that id)."""

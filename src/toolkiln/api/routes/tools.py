@@ -58,7 +58,7 @@ def validate_tool(body: models.ToolCreate, who: Caller, svc: Svc) -> dict[str, A
 def list_tools(
     who: Caller,
     svc: Svc,
-    workspace_id: str | None = None,
+    workspace_id: models.Filter = None,
     cursor: models.Cursor = None,
     limit: models.Limit = None,
 ) -> dict[str, Any]:
