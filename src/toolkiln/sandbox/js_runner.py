@@ -24,7 +24,6 @@ from toolkiln.sandbox.fair import FairShare
 from toolkiln.sandbox.packages import JS_PACKAGES, JsPackageStore
 from toolkiln.sandbox.pool import SandboxUnavailable, WarmChild
 from toolkiln.sandbox.runner import PythonSandbox
-from toolkiln.sandbox.shares import CallGroup
 
 RECYCLE_AFTER = 50
 
@@ -84,14 +83,6 @@ class JavaScriptSandbox(PythonSandbox):
         }
         extra = {"modules": modules, "listed": sorted(JS_PACKAGES)}
         return self._run_once(dataclasses.replace(req, code=code), link, extra)
-
-    def _acquire(self, req: RunRequest, deadline: float) -> bool:
-        group = req.share.group if req.share is not None else None
-        nested = isinstance(group, CallGroup) and group.running
-        return self.fair.acquire(req.workspace_id, nested, deadline)
-
-    def _relinquish(self, req: RunRequest) -> None:
-        self.fair.release(req.workspace_id)
 
     def _take(self, req: RunRequest, timeout: float) -> WarmChild:
         """A worker that has served no workspace but this one. A worker that served another

@@ -17,11 +17,12 @@ from typing import Any
 
 from toolkiln.domain.execution import RunLink, RunOutcome, RunRequest
 from toolkiln.sandbox.cgroups import Cgroups
+from toolkiln.sandbox.fair import FairShare
 from toolkiln.sandbox.jail import protocol
 from toolkiln.sandbox.packages import PYTHON_PACKAGES, PackageStore, python_imports
 from toolkiln.sandbox.pool import SandboxUnavailable, Template, WarmChild
 from toolkiln.sandbox.session import Session
-from toolkiln.sandbox.shares import JoinFailed, Membership, enter
+from toolkiln.sandbox.shares import CallGroup, JoinFailed, Membership, enter
 
 log = logging.getLogger("toolkiln.sandbox")
 _instances = itertools.count()
@@ -53,6 +54,7 @@ class Limits:
     scratch_mb: int = 64
     max_cpu_s: int = 31
     cpus: float = 1.0  # CPU time per wall-clock second for a call and everything under it
+    concurrent_calls: int = 32  # Python processes running at once (JavaScript: its workers)
     caps: protocol.Caps = field(default_factory=protocol.Caps)  # frame sizes, quotas
 
 
@@ -101,6 +103,9 @@ class PythonSandbox:
         self.packages = packages
         self.strict = strict
         self.warm = warm
+        # Python processes are made per call: at most this many run at once (32 x 256 MB
+        # bounds the memory they can hold), shared fairly between workspaces.
+        self.fair = FairShare(self.limits.concurrent_calls)
         lim = self.limits
         # Address space = what the template already maps + the memory cap + thread stacks.
         self.config: dict[str, Any] = {
@@ -195,6 +200,8 @@ class PythonSandbox:
                 "audit_row_bytes": lim.caps.audit_row_bytes,
                 "audit_bytes": lim.caps.audit_bytes,
                 "ctx_calls": 50,
+                "concurrent_calls": self.fair.workers,
+                "concurrent_calls_per_workspace": self.fair.cap,
             },
             "isolation": {
                 **self.template.layers,
@@ -237,11 +244,14 @@ class PythonSandbox:
             self._relinquish(req)
 
     def _acquire(self, req: RunRequest, deadline: float) -> bool:
-        """The call's turn for a process (JavaScript workers are shared fairly)."""
-        return True
+        """The call's turn for a process, shared fairly between workspaces (sandbox/fair.py);
+        runs nested under a running call are exempt from the per-workspace cap."""
+        group = req.share.group if req.share is not None else None
+        nested = isinstance(group, CallGroup) and group.running
+        return self.fair.acquire(req.workspace_id, nested, deadline)
 
     def _relinquish(self, req: RunRequest) -> None:
-        """The call's process is no longer its own."""
+        self.fair.release(req.workspace_id)
 
     def _run_acquired(
         self,

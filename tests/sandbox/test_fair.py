@@ -1,0 +1,110 @@
+"""Fair shares between workspaces: the queue, the per-workspace cap, and a Python sandbox
+whose processes one workspace cannot all hold."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from toolkiln.domain.execution import RunOutcome, RunRequest
+from toolkiln.sandbox.fair import FairShare
+from toolkiln.sandbox.packages import PackageStore
+from toolkiln.sandbox.runner import Limits, PythonSandbox
+
+
+def soon(seconds: float = 5.0) -> float:
+    return time.monotonic() + seconds
+
+
+def wait_for(condition, what: str) -> None:
+    deadline = soon(10)
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.005)
+
+
+def test_a_workspace_holds_at_most_all_but_one() -> None:
+    fair = FairShare(3)
+    assert fair.acquire("a", False, soon()) and fair.acquire("a", False, soon())
+    assert not fair.acquire("a", False, time.monotonic() + 0.05)  # its cap, not the pool's
+    assert fair.acquire("b", False, soon())  # the last one is another workspace's
+    assert fair.acquire("a", True, time.monotonic() + 0.05) is False  # all taken now
+
+
+def test_nested_runs_pass_the_cap_but_not_the_queue() -> None:
+    fair = FairShare(2)
+    assert fair.acquire("a", False, soon())
+    assert fair.acquire("a", True, soon())  # a tool calling a tool in the same workspace
+    assert fair.busy == 2 and fair.held == {"a": 2}
+
+
+def test_the_next_free_worker_goes_to_the_workspace_holding_fewest() -> None:
+    fair = FairShare(2)
+    assert fair.acquire("a", False, soon())
+    assert fair.acquire("b", False, soon())
+    order: list[str] = []
+
+    def wait(ws: str) -> None:
+        if fair.acquire(ws, True, soon()):
+            order.append(ws)
+
+    first = threading.Thread(target=wait, args=("a",))  # queued first, but A holds one
+    first.start()
+    wait_for(lambda: fair.waiting() == 1, "a queued")
+    second = threading.Thread(target=wait, args=("c",))
+    second.start()
+    wait_for(lambda: fair.waiting() == 2, "c queued")
+    fair.release("b")
+    wait_for(lambda: order == ["c"], "c served first")
+    fair.release("c")
+    first.join(5)
+    second.join(5)
+    assert order == ["c", "a"]
+
+
+class NoCtx:
+    def admit(self) -> bool:
+        return True
+
+    def call(self, name: str, payload: object) -> object:
+        return {"error": "unknown_tool"}
+
+    def audit(self, event: str, data: object) -> None:
+        return None
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PythonSandbox]:
+    sb = PythonSandbox(
+        PackageStore(tmp_path_factory.mktemp("pkgs")),
+        warm=2,
+        limits=Limits(concurrent_calls=2),
+        name="fair",
+    )
+    yield sb
+    sb.close()
+
+
+def test_one_workspace_cannot_hold_every_python_process(small: PythonSandbox) -> None:
+    slow = "import time\ndef handle(i, c):\n    time.sleep(1.0)\n    return 'a'\n"
+    quick = "def handle(i, c):\n    return 'b'\n"
+    results: list[RunOutcome] = []
+
+    def a_call() -> None:
+        results.append(
+            small.run(RunRequest("python", slow, "handle", {}, 8000, workspace_id="a"), NoCtx())
+        )
+
+    threads = [threading.Thread(target=a_call) for _ in range(3)]
+    for t in threads:
+        t.start()
+    wait_for(lambda: small.fair.held.get("a") == 1 and small.fair.waiting() == 2, "A queued")
+    b = small.run(RunRequest("python", quick, "handle", {}, 1000, workspace_id="b"), NoCtx())
+    assert b.kind == "return" and b.value == "b", (b.kind, b.message)
+    for t in threads:
+        t.join(30)
+    assert sorted(r.kind for r in results) == ["return", "return", "return"]
+    assert small.describe()["limits"]["concurrent_calls_per_workspace"] == 1
