@@ -284,3 +284,18 @@ def test_a_nul_in_a_tool_calls_name_is_a_422_not_a_500(
         headers=rw,
     )
     assert r.status_code == 422 and r.json()["error"]["details"][0]["field"] == "name"
+
+
+def test_the_longest_ids_the_api_allows_are_stored(
+    client: TestClient, space: Space, tool_url: str, rw
+) -> None:
+    """On PostgreSQL the audit columns once held 64 characters: a longer id was a 500."""
+    call_id = "c" * limits.MAX_CALL_ID_CHARS
+    r = client.post(
+        f"{tool_url}/invoke",
+        json={"input": {"order_id": "A-1"}, "tool_call_id": call_id, "agent_id": "a" * 128},
+        headers=rw,
+    )
+    assert r.status_code == 200, r.text
+    stored = client.get(f"/v1/tool-calls/{call_id}", headers=rw).json()["data"]
+    assert [row["tool_call_id"] for row in stored["audit"]][-1] == call_id

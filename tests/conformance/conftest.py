@@ -41,7 +41,15 @@ def served_token() -> str:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory, served_token: str) -> Iterator[Served]:
+def served_env() -> dict[str, str]:
+    """More settings of the module's service (a module may override it)."""
+    return {}
+
+
+@pytest.fixture(scope="module")
+def served(
+    tmp_path_factory: pytest.TempPathFactory, served_token: str, served_env: dict[str, str]
+) -> Iterator[Served]:
     root = tmp_path_factory.mktemp("served")
     port = _free_port()
     token = served_token
@@ -55,6 +63,7 @@ def served(tmp_path_factory: pytest.TempPathFactory, served_token: str) -> Itera
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
     }
     env.pop("TOOLKILN_DATABASE_URL", None)
+    env.update(served_env)
     log = (root / "serve.log").open("wb")
     proc = subprocess.Popen(
         [str(BIN / "toolkiln"), "serve"],

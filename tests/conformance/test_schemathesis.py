@@ -1,5 +1,5 @@
 """Schemathesis (pinned in pyproject.toml) runs every check against a fresh ``toolkiln serve``
-over real HTTP and must find nothing: no 500, no answer the document does not describe, no
+on a fresh PostgreSQL database, over real HTTP and must find nothing: no 500, no answer the document does not describe, no
 schema-valid request refused, no schema-breaking request accepted, ``Allow`` on every 405.
 
 Bounded: a fixed seed and a few examples per operation, so a run takes under a minute and
@@ -11,13 +11,27 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.conformance.conftest import BIN, Served
+from tests.conftest import PG_URL
+from tests.reliability.harness import fresh_postgres_database
 
 HERE = Path(__file__).parent
+
+
+@pytest.fixture(scope="module")
+def served_env() -> Iterator[dict[str, str]]:
+    """PostgreSQL, the stricter of the two databases (no NUL in text, 32-bit integers); the
+    README's walk-through (test_documented_examples) runs on SQLite."""
+    with fresh_postgres_database(PG_URL) as url:
+        yield {"TOOLKILN_DATABASE_URL": url}
+
+
 TOOL = {
     "name": "echo",
     "language": "python",

@@ -82,9 +82,9 @@ audit = sa.Table(
         "id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), sa.Identity(), primary_key=True
     ),
     sa.Column("workspace_id", sa.String(32), nullable=False),
-    sa.Column("tool_call_id", sa.String(64)),
+    sa.Column("tool_call_id", sa.String(128)),
     sa.Column("tool_id", sa.String(32)),
-    sa.Column("agent_id", sa.String(64)),
+    sa.Column("agent_id", sa.String(128)),
     sa.Column("source", sa.String(8), nullable=False),
     sa.Column("event", sa.String(80), nullable=False),
     sa.Column("data", JSONType, nullable=False),
