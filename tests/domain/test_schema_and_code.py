@@ -12,7 +12,9 @@ from toolkiln.domain.tools import check_name
 param_specs = st.fixed_dictionaries(
     {"type": st.sampled_from(["string", "number", "integer", "boolean", "array", "object"])},
     optional={
-        "description": st.text(st.characters(exclude_characters="\x00"), max_size=20),
+        "description": st.text(
+            st.characters(exclude_characters="\x00", exclude_categories=("Cs",)), max_size=20
+        ),
         "required": st.booleans(),
     },
 )

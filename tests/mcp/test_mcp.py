@@ -249,3 +249,17 @@ def test_code_mode_over_streamable_http(live: Live) -> None:
     assert names == ["run_program"] and "def greet(*, who: str)" in description
     assert out.is_error is False and out.content[0].text == "hello program"  # type: ignore[attr-defined]
     assert out.structured_content == {"result": 42}  # type: ignore[attr-defined]
+
+
+def test_a_code_mode_session_offers_run_program_alone(live: Live) -> None:
+    async def run() -> object:
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
+            url = f"{live.base}/mcp/agents/{live.agent_id}?mode=code"
+            async with streamable_http_client(url, http_client=http) as (read, write, *_):
+                async with ClientSession(read, write) as session:
+                    await session.initialize()
+                    return await session.call_tool("calculate", {"expression": "1+1"})
+
+    out = anyio.run(run)
+    assert out.is_error is True and "unknown_tool" in out.content[0].text  # type: ignore[attr-defined]

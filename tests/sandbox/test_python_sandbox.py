@@ -166,3 +166,13 @@ def test_children_warm_at_low_priority_and_a_call_runs_at_the_services(
     out = run(sandbox, code)
     assert out.kind == "return", (out.kind, out.message)
     assert out.value == os.getpriority(os.PRIO_PROCESS, 0)
+
+
+def test_the_host_refuses_frames_that_are_not_json() -> None:
+    """NaN and Infinity are what Python's json accepts and no database stores."""
+    from toolkiln.sandbox.jail import protocol
+
+    for body in (b'{"value": NaN}', b'{"value": Infinity}', b"[-Infinity]"):
+        with pytest.raises(protocol.FrameError):
+            protocol.decode(body)
+    assert protocol.decode(b'{"value": 1.5}')[0] == {"value": 1.5}

@@ -19,3 +19,4 @@ MIN_TIMEOUT_MS = 100
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
 MAX_VERSION = 2**31 - 1  # version numbers are 32-bit integers in the database
+MAX_CTX_NAME_CHARS = 128  # a name a ctx.tools call may give (a tool name, or custom_{id})

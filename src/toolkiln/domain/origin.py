@@ -44,6 +44,7 @@ class Budget:
     used: int = 0
     policy: Policy | None = None  # read once, at the first call that needs it
     share: ResourceShare = field(default_factory=ResourceShare)
+    counting: bool = True  # False under a test run: nothing nested is counted or stored
 
     @classmethod
     def lasting(cls, ms: int) -> Budget:

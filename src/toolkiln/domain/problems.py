@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, TypedDict
+
+MAX_DEPTH = 64  # nesting a stored value may have
 
 
 class Problem(TypedDict, total=False):
@@ -37,12 +40,16 @@ def bad_text(value: str) -> str | None:
 
 
 def text_problems(field: str, value: Any, depth: int = 0) -> list[Problem]:
-    """The first string in ``value`` (keys included) that is not storable text, if any."""
+    """The first value in ``value`` (keys included) that cannot be stored or sent on as
+    JSON text, if any: a string with NUL or a lone surrogate, a number that is not finite,
+    or nesting deeper than ``MAX_DEPTH`` (refused, never passed unchecked)."""
     if isinstance(value, str):
         why = bad_text(value)
         return [problem(field, why)] if why else []
-    if depth > 64:
-        return []
+    if isinstance(value, float) and not math.isfinite(value):
+        return [problem(field, "must be a finite number (NaN and Infinity are not JSON)")]
+    if depth > MAX_DEPTH and isinstance(value, dict | list):
+        return [problem(field, f"must not nest deeper than {MAX_DEPTH} levels")]
     if isinstance(value, dict):
         for k, v in value.items():
             sub = f"{field}.{k}" if isinstance(k, str) and bad_text(k) is None else field

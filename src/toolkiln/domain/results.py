@@ -42,7 +42,13 @@ class Result:
 
     @property
     def counts_as_failure(self) -> bool:
-        return self.error is not None and self.error["code"] in COUNTED
+        """A failure of the tool's own doing. The host marks one that is not (the call
+        waited out its time for a process, or ran out of its caller's time) with
+        ``details.counted: false``."""
+        if self.error is None or self.error["code"] not in COUNTED:
+            return False
+        details = self.error.get("details")
+        return not (isinstance(details, dict) and details.get("counted") is False)
 
     @property
     def reached_execution(self) -> bool:

@@ -149,7 +149,7 @@ def make_server(services: Services, resolve: Resolve, listeners: Listeners) -> S
             await ctx.session.report_progress(0, 1, status)
         result = await anyio.to_thread.run_sync(
             lambda: services.agents.dispatch(
-                principal, agent_id, params.name, params.arguments or {}, CallContext()
+                principal, agent_id, params.name, params.arguments or {}, CallContext(), at.mode
             )
         )
         if status:

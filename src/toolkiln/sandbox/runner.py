@@ -235,8 +235,10 @@ class PythonSandbox:
         started = time.perf_counter()
         deadline = time.monotonic() + req.timeout_ms / 1000
         if not self._acquire(req, deadline):
+            # The call never got a process: its time ran out waiting, not running.
             return RunOutcome(
-                "timeout", details={"reason": "no sandbox process became free in time"}
+                "timeout",
+                details={"reason": "no sandbox process became free in time", "counted": False},
             )
         try:
             return self._run_acquired(req, link, extra, started, deadline)

@@ -13,8 +13,8 @@ from toolkiln.domain.ids import new_id, utcnow
 from toolkiln.domain.limits import MAX_TIMEOUT_MS
 from toolkiln.domain.origin import Budget, Offer, Origin
 from toolkiln.domain.records import Agent, AuditRow, check_label
-from toolkiln.domain.results import Result
-from toolkiln.services.invoke import CallContext, InvokeService, check_ids, duplicate_call_id
+from toolkiln.domain.results import Result, error, refused
+from toolkiln.services.invoke import CallContext, InvokeService, check_ids
 from toolkiln.services.paging import listing_scope
 from toolkiln.services.ports import UnitOfWork, UnitOfWorkFactory
 from toolkiln.services.router import CUSTOM_PREFIX, Router
@@ -127,11 +127,12 @@ class AgentService:
     # -- what an agent sees
 
     def tool_defs(
-        self, principal: Principal, agent_id: str, mode: str = "direct"
+        self, principal: Principal, agent_id: str, mode: str = "direct", scope: str = "read"
     ) -> tuple[Agent, list[ToolDef]]:
         """Built-ins the workspace allows (by name), then active custom tools that are global
-        or enabled for this agent (as custom_{id}, at their pinned version if any)."""
-        principal.require("read")
+        or enabled for this agent (as custom_{id}, at their pinned version if any). Listing
+        needs ``read``; a tool call works them out with ``invoke`` alone."""
+        principal.require(scope)
         with self._uow(readonly=True) as tx:
             agent = self._visible(tx, principal, agent_id)
             allowed = set(tx.workspaces.policy(agent.workspace_id).builtins)
@@ -203,7 +204,7 @@ class AgentService:
     def status_line(self, principal: Principal, agent_id: str, name: str) -> str | None:
         """The execution_message_description of a tool this agent is offered, for progress
         while it runs (None for built-ins and for anything the agent is not offered)."""
-        _, defs = self.tool_defs(principal, agent_id)
+        _, defs = self.tool_defs(principal, agent_id, scope="invoke")
         found = next((d for d in defs if d.name == name and d.kind == "custom"), None)
         if found is None:
             return None
@@ -214,24 +215,32 @@ class AgentService:
     # -- the one dispatch call
 
     def dispatch(
-        self, principal: Principal, agent_id: str, name: str, arguments: Any, who: CallContext
+        self,
+        principal: Principal,
+        agent_id: str,
+        name: str,
+        arguments: Any,
+        who: CallContext,
+        mode: str = "direct",
     ) -> Result:
+        """One tool call of the agent. ``mode="code"`` (an MCP session in code mode) offers
+        ``run_program`` alone."""
         principal.require("invoke")
         check_ids(who)
         # run_program's ctx reaches the code-mode tools; any other name, the direct ones.
-        agent, defs = self.tool_defs(
-            principal, agent_id, "code" if name == RUN_PROGRAM else "direct"
-        )
+        if mode == "code" and name != RUN_PROGRAM:
+            message = f"In code mode the one tool is {RUN_PROGRAM}."
+            err = error("unknown_tool", message, {"available": [RUN_PROGRAM]})
+            return refused(who.tool_call_id or new_id(), None, None, err)
+        mode = "code" if name == RUN_PROGRAM else "direct"
+        agent, defs = self.tool_defs(principal, agent_id, mode, scope="invoke")
         offer = Offer(
             frozenset(d.name for d in defs if d.kind == "builtin"),
             {str(d.tool_id): d.pinned for d in defs if d.kind == "custom"},
         )
         context = dataclasses.replace(who, agent_id=agent.id, source="llm")
         caller = self._invoke.caller(principal, agent.workspace_id, context, agent_name=agent.name)
-        call_id = who.tool_call_id or new_id()
-        with self._uow(readonly=True) as tx:
-            if who.tool_call_id is not None and tx.calls.exists(agent.workspace_id, call_id):
-                raise duplicate_call_id()
+        call_id = self._invoke.fresh_call_id(agent.workspace_id, who)
         # A custom tool's run is bounded by its own timeout_ms inside this deadline.
         origin = Origin.root(caller, call_id, Budget.lasting(MAX_TIMEOUT_MS), offer)
         return self._router.call(origin, name, arguments)

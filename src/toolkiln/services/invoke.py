@@ -11,18 +11,17 @@ from toolkiln.domain.auth import Principal
 from toolkiln.domain.code_check import entrypoint_of
 from toolkiln.domain.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from toolkiln.domain.ids import new_id
-from toolkiln.domain.limits import MAX_TIMEOUT_MS
+from toolkiln.domain.limits import MAX_CALL_ID_CHARS, MAX_TIMEOUT_MS
 from toolkiln.domain.origin import Budget, Caller, Origin, Source
-from toolkiln.domain.problems import Problem, problem, text_problems
+from toolkiln.domain.problems import Problem, problem
 from toolkiln.domain.records import AuditFilter, AuditRow, CallRecord
 from toolkiln.domain.results import Result
+from toolkiln.domain.text import is_client_id
 from toolkiln.domain.tools import ToolDraft, validate_draft
 from toolkiln.services.ports import UnitOfWorkFactory
 from toolkiln.services.router import RUN_CODE_TIMEOUT_MS, Router
 from toolkiln.services.runs import Code
 from toolkiln.services.tools import ToolService
-
-MAX_CALL_ID_CHARS = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,9 +96,8 @@ class InvokeService:
         principal.require("invoke")
         check_ids(who)
         caller = self.caller(principal, principal.workspace_id, who)
-        origin = Origin.root(
-            caller, who.tool_call_id or new_id(), Budget.lasting(RUN_CODE_TIMEOUT_MS)
-        )
+        call_id = self.fresh_call_id(principal.workspace_id, who)
+        origin = Origin.root(caller, call_id, Budget.lasting(RUN_CODE_TIMEOUT_MS))
         body = {"language": language, "code": code, "input": payload}
         result = self._router.run_code(origin, body)
         if result.error is not None and result.error["code"] == "not_allowed":
@@ -114,7 +112,8 @@ class InvokeService:
         principal.require("invoke")
         check_ids(who)
         caller = self.caller(principal, principal.workspace_id, who)
-        origin = Origin.root(caller, who.tool_call_id or new_id(), Budget.lasting(MAX_TIMEOUT_MS))
+        call_id = self.fresh_call_id(principal.workspace_id, who)
+        origin = Origin.root(caller, call_id, Budget.lasting(MAX_TIMEOUT_MS))
         if not self._router.is_builtin(name):
             shown = name[:64]
             return {"error": "unknown_tool", "details": {"name": shown}}
@@ -136,6 +135,16 @@ class InvokeService:
         return record, rows
 
     # -- shared by the transports
+
+    def fresh_call_id(self, workspace_id: str, who: CallContext) -> str:
+        """The call's id: the client's if it was not used before in the workspace (else
+        409 ``duplicate_tool_call_id``), or a new one."""
+        if who.tool_call_id is None:
+            return new_id()
+        with self._uow(readonly=True) as tx:
+            if tx.calls.exists(workspace_id, who.tool_call_id):
+                raise duplicate_call_id()
+        return who.tool_call_id
 
     def caller(
         self,
@@ -163,10 +172,8 @@ def check_ids(who: CallContext) -> None:
         value = getattr(who, name)
         if value is None:
             continue
-        if not 0 < len(value) <= MAX_CALL_ID_CHARS or not value.isprintable():
-            problems.append(problem(name, "1 to 128 printable characters"))
-        else:
-            problems += text_problems(name, value)
+        if not is_client_id(value):
+            problems.append(problem(name, f"1 to {MAX_CALL_ID_CHARS} printable ASCII characters"))
     if problems:
         raise InvalidRequest(f"{problems[0]['field']} is not a valid id.", problems)
 

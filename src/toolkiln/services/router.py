@@ -20,6 +20,7 @@ from toolkiln.domain.builtin import RUN_CODE_SPEC, BuiltinSpec
 from toolkiln.domain.code_check import check_code, entrypoint_of
 from toolkiln.domain.codemode import PROGRAM_TIMEOUT_MS, RUN_PROGRAM, RUN_PROGRAM_SCHEMA
 from toolkiln.domain.ids import new_id
+from toolkiln.domain.limits import MAX_CTX_NAME_CHARS
 from toolkiln.domain.origin import Offer, Origin
 from toolkiln.domain.problems import problem
 from toolkiln.domain.records import Policy
@@ -32,7 +33,7 @@ from toolkiln.services.runs import Code, Runs
 
 Kind = Literal["builtin", "run_code", "custom", "refused"]
 CUSTOM_PREFIX = "custom_"
-MAX_NAME_CHARS = 128
+MAX_NAME_CHARS = MAX_CTX_NAME_CHARS
 RUN_CODE_TIMEOUT_MS = 5000
 
 
@@ -101,8 +102,10 @@ class Router:
         return self._recorded(run, tool, Runs.shape(run, code, tool.version, outcome))
 
     def run_draft(self, origin: Origin, code: Code, schema: dict[str, Any], payload: Any) -> Result:
-        """Run unsaved code once (a test run): nothing is stored or counted but the audit
-        rows of its ctx calls."""
+        """Run unsaved code once (a test run, a test case, a generated example): nothing is
+        stored or counted, neither the draft nor any custom tool it reaches, but the audit
+        rows of its ctx calls are written."""
+        origin.budget.counting = False
         try:
             if problems := input_problems(compile_validator(schema), payload):
                 err = error(
@@ -247,7 +250,10 @@ class Router:
     # -- helpers
 
     def _recorded(self, run: Origin, tool: Tool, result: Result) -> Result:
-        self._runs.record_tool(run, tool.id, result)
+        if run.budget.counting:
+            self._runs.record_tool(run, tool.id, result)
+        else:  # under a test run (CONTRACT 3: test runs count nothing): the rows only
+            self._runs.flush(run)
         return result
 
     def _policy(self, origin: Origin) -> Policy:

@@ -80,13 +80,19 @@ class Runs:
         from_code: FromCode,
         admit: Callable[[], bool] = lambda: True,
     ) -> RunOutcome:
-        """One run, bounded by the code's timeout and the time the whole call has left."""
+        """One run, bounded by the code's timeout and the time the whole call has left (the
+        sandbox may wait for a process within that time, then runs with what is left)."""
         runner = self._runners.get(code.language)
         if runner is None:
             return RunOutcome("infra", message=f"The {code.language} runtime is not available.")
         timeout_ms = min(code.timeout_ms, origin.budget.left_ms(), MAX_TIMEOUT_MS)
+        # A nested run given less than its own timeout_ms is bounded by its caller's time:
+        # running out of it is not the nested tool's failure. (A root call's budget is its
+        # own timeout: there the two are the same limit.)
+        by_caller = origin.parent_call_id is not None and timeout_ms < code.timeout_ms
+        uncounted = {"reason": "the calling tool's time ran out", "counted": False}
         if timeout_ms <= 0:
-            return RunOutcome("timeout", message="No time was left for it.")
+            return RunOutcome("timeout", message="No time was left for it.", details=uncounted)
         request = RunRequest(
             code.language,
             code.code,
@@ -100,13 +106,16 @@ class Runs:
         )
         started = time.perf_counter()
         try:
-            return runner.run(request, _Link(origin, from_code, admit))
+            outcome = runner.run(request, _Link(origin, from_code, admit))
         except Exception as exc:
             return RunOutcome(
                 "infra",
                 message=f"The sandbox failed: {type(exc).__name__}",
                 duration_ms=(time.perf_counter() - started) * 1000,
             )
+        if outcome.kind == "timeout" and by_caller:
+            outcome.details = {**outcome.details, **uncounted}
+        return outcome
 
     @staticmethod
     def shape(origin: Origin, code: Code, version: int | None, run: RunOutcome) -> Result:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 
+from toolkiln.domain.limits import MAX_CALL_ID_CHARS
+
 metadata = sa.MetaData()
 JSONType = sa.JSON().with_variant(JSONB(), "postgresql")
 Moment = sa.DateTime(timezone=True)
@@ -82,9 +84,9 @@ audit = sa.Table(
         "id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), sa.Identity(), primary_key=True
     ),
     sa.Column("workspace_id", sa.String(32), nullable=False),
-    sa.Column("tool_call_id", sa.String(128)),
+    sa.Column("tool_call_id", sa.String(MAX_CALL_ID_CHARS)),
     sa.Column("tool_id", sa.String(32)),
-    sa.Column("agent_id", sa.String(128)),
+    sa.Column("agent_id", sa.String(MAX_CALL_ID_CHARS)),
     sa.Column("source", sa.String(8), nullable=False),
     sa.Column("event", sa.String(80), nullable=False),
     sa.Column("data", JSONType, nullable=False),
@@ -100,14 +102,14 @@ tool_calls = sa.Table(
     metadata,
     # A tool_call_id is the client's, so it is unique within a workspace only.
     sa.Column("workspace_id", sa.String(32), primary_key=True),
-    sa.Column("id", sa.String(128), primary_key=True),
+    sa.Column("id", sa.String(MAX_CALL_ID_CHARS), primary_key=True),
     sa.Column("tool_id", sa.String(32)),
     sa.Column("version", sa.Integer),
-    sa.Column("kind", sa.String(16), nullable=False),  # invoke | test | run_code
+    sa.Column("kind", sa.String(16), nullable=False),  # invoke | program
     sa.Column("status", sa.String(8), nullable=False),
     sa.Column("error_code", sa.String(32)),
     sa.Column("result", JSONType, nullable=False),
-    sa.Column("agent_id", sa.String(128)),
+    sa.Column("agent_id", sa.String(MAX_CALL_ID_CHARS)),
     sa.Column("created_at", Moment, nullable=False),
     sa.Index("ix_tool_calls_tool", "tool_id", "created_at"),
 )
@@ -125,7 +127,7 @@ outbox = sa.Table(
     sa.Column("body_html", sa.Text),
     sa.Column("reply_to", sa.String(320)),
     sa.Column("source", sa.String(8), nullable=False),
-    sa.Column("tool_call_id", sa.String(128)),
+    sa.Column("tool_call_id", sa.String(MAX_CALL_ID_CHARS)),
     sa.Column("created_at", Moment, nullable=False),
 )
 

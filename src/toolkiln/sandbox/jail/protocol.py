@@ -115,12 +115,18 @@ def send(sock: socket.socket, obj: Any, *, repair: bool = False) -> None:
     sock.sendall(encode(obj, repair=repair))
 
 
+def _no_constant(name: str) -> Any:
+    """NaN and Infinity are not JSON: a frame holding them is not a frame (no database
+    stores them as JSON, and the answer to the client could not be written)."""
+    raise ValueError(f"{name} is not JSON")
+
+
 def decode(body: bytes) -> tuple[Any, frozenset[str]]:
     """A frame's body parsed under the text rules, and which of its top-level fields had
     text repaired (``"*"`` when the frame is not an object)."""
     try:
         text = body.decode("utf-8")
-        value = _loads(text)
+        value = _loads(text, parse_constant=_no_constant)
     except (ValueError, RecursionError) as exc:
         raise FrameError("garbage", f"not a UTF-8 JSON frame: {str(exc)[:200]}") from None
     if "\\ud" not in text and "\\uD" not in text:  # only escapes can spell a surrogate
