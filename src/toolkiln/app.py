@@ -80,9 +80,10 @@ def build(settings: Settings, *, migrate: bool = True, sandbox: bool = True) -> 
     runners: dict[str, CodeRunner] = dict(sandboxes)
     uow = database.transaction
     files = FileService(uow, settings.signing_key(), settings.resolved_public_url())
-    router = Router(uow, Builtins(_builtins(settings, uow, files)), Runs(uow, runners))
-    drafts = DraftRunner(router)  # test runs and test cases: uncounted runs of a definition
-    tools = ToolService(uow, CaseRunner(drafts.run))
+    runs = Runs(uow, runners)
+    router = Router(uow, Builtins(_builtins(settings, uow, files)), runs)
+    drafts = DraftRunner(router, runs)  # test runs and test cases: uncounted runs of a draft
+    tools = ToolService(uow, CaseRunner(drafts.run), runs.prepare)
     invoke = InvokeService(uow, router, tools, drafts)
     background = Supervisor()
     system = SystemService(

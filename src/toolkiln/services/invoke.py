@@ -20,7 +20,7 @@ from toolkiln.domain.text import is_client_id
 from toolkiln.domain.tools import ToolDraft, validate_draft
 from toolkiln.services.ports import UnitOfWorkFactory
 from toolkiln.services.router import RUN_CODE_TIMEOUT_MS, Router
-from toolkiln.services.runs import Code
+from toolkiln.services.runs import Code, Runs
 from toolkiln.services.tools import ToolService
 
 
@@ -39,13 +39,15 @@ class DraftRunner:
     """Runs a validated, unsaved definition once: nothing stored or counted, the audit rows
     of its ctx calls written (test runs, test cases, the generator's examples)."""
 
-    def __init__(self, router: Router) -> None:
+    def __init__(self, router: Router, runs: Runs) -> None:
         self._router = router
+        self._runs = runs
 
     def run(
         self, principal: Principal, workspace_id: str, draft: ToolDraft, payload: Any
     ) -> Result:
         schema, _ = validate_draft(draft, MAX_TIMEOUT_MS)
+        self._runs.prepare(draft.language, draft.code)
         entry = entrypoint_of(draft.language, draft.code)
         code = Code(draft.language, draft.code, entry, draft.timeout_ms)
         origin = Origin.root(

@@ -124,6 +124,10 @@ class CodeRunner(Protocol):
     """Runs code in a sandbox; the host side classifies what happened."""
 
     def run(self, req: RunRequest, link: RunLink) -> RunOutcome: ...
+    def prepare(self, code: str) -> None:
+        """Start installing, off the call path, the listed packages ``code`` imports."""
+        ...
+
     def describe(self) -> dict[str, Any]: ...
 
 

@@ -8,6 +8,7 @@ reached by another run.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from toolkiln.domain.results import Result, error, last_error_text, refused, sha
 from toolkiln.domain.tools import AUTO_DISABLE_REASON
 from toolkiln.services.ports import CodeRunner, UnitOfWork, UnitOfWorkFactory
 
+log = logging.getLogger("toolkiln.runs")
 FromCode = Callable[[Origin, str, Any], Any]
 MAX_AUDIT_EVENT_CHARS = 64
 
@@ -71,6 +73,17 @@ class Runs:
     def __init__(self, uow: UnitOfWorkFactory, runners: dict[str, CodeRunner]) -> None:
         self._uow = uow
         self._runners = runners
+
+    def prepare(self, language: str, code: str) -> None:
+        """Code was saved or is about to run: its packages start installing now. Never a
+        reason to fail the save: a package that cannot be installed fails its calls."""
+        runner = self._runners.get(language)
+        if runner is None:
+            return
+        try:
+            runner.prepare(code)
+        except Exception:  # the install is the sandbox's business; the save goes on
+            log.exception("preparing %s code failed", language)
 
     def run(
         self,

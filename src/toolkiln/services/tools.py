@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -22,6 +23,7 @@ from toolkiln.services.paging import clamp_limit, decode_cursor, listing_scope, 
 from toolkiln.services.ports import UnitOfWork, UnitOfWorkFactory
 from toolkiln.services.testcases import CaseRunner, CasesRun
 
+Prepare = Callable[[str, str], None]  # (language, code)
 PATCHABLE = (
     "name",
     "description",
@@ -74,9 +76,17 @@ class _Change:
 class ToolService:
     """Use cases of the registry. Every write leaves an audit row in the same transaction."""
 
-    def __init__(self, uow: UnitOfWorkFactory, cases: CaseRunner | None = None) -> None:
+    def __init__(
+        self,
+        uow: UnitOfWorkFactory,
+        cases: CaseRunner | None = None,
+        prepare: Prepare | None = None,
+    ) -> None:
         self._uow = uow
         self.cases = cases or CaseRunner()
+        # Told of every version's code when it is saved, so the listed packages it imports
+        # are installed before its first call (the sandbox does it in the background).
+        self._prepare = prepare or (lambda language, code: None)
 
     def validate(self, principal: Principal, workspace_id: str, draft: ToolDraft) -> dict[str, Any]:
         """The draft's input schema, or InvalidTool with every problem found."""
@@ -141,6 +151,7 @@ class ToolService:
             tx.tools.add(tool)
             tx.tools.add_version(_snapshot(tool))
             self._audit(tx, tool, "tool.created", {"name": tool.name, "version": 1})
+        self._prepare(tool.language, tool.code)
         return tool
 
     def get(self, principal: Principal, tool_id: str) -> Tool:
@@ -194,6 +205,7 @@ class ToolService:
             updated = self._visible(tx, principal, tool_id)
             if final.new_version:
                 tx.tools.add_version(_snapshot(updated))
+                self._prepare(updated.language, updated.code)
             self._audit(
                 tx,
                 updated,
