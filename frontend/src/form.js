@@ -1,5 +1,6 @@
 // The tool form: Name, Description, Language, Code (the editor), Parameters (JSON Schema),
-// execution message, timeout, enable globally; and the body it sends to the API.
+// execution message, timeout, enable globally, where agents are offered it (allowed_callers);
+// and the body it sends to the API.
 
 import { field, h } from "./dom.js";
 import { createEditor } from "./editor.js";
@@ -30,6 +31,10 @@ export function toolForm(initial, { onChange } = {}) {
   const message = h("input", { type: "text", value: t.execution_message_description || "" });
   const timeout = h("input", { type: "number", min: 1, max: 30000, step: 1, value: String(t.timeout_ms || 5000) });
   const global = h("input", { type: "checkbox", checked: Boolean(t.enable_globally) });
+  // Where the tool is offered to agents (CONTRACT 7a): as a tool of its own, inside code mode.
+  const callers = t.allowed_callers || ["direct", "code"];
+  const direct = h("input", { type: "checkbox", checked: callers.includes("direct") });
+  const inCode = h("input", { type: "checkbox", checked: callers.includes("code") });
   const cases = h("textarea", { rows: 4, class: "mono", spellcheck: "false", text: JSON.stringify(t.test_cases || [], null, 2) });
 
   const codeError = h("p", { class: "field-error", id: "code-error", "aria-live": "polite" });
@@ -50,10 +55,18 @@ export function toolForm(initial, { onChange } = {}) {
       editor.value = pristineCode;
     }
   });
-  for (const el of [name, description, lang, parameters, message, timeout, global, cases]) {
+  for (const el of [name, description, lang, parameters, message, timeout, global, direct, inCode, cases]) {
     el.addEventListener(el.tagName === "SELECT" || el.type === "checkbox" ? "change" : "input", () => onChange && onChange());
   }
   const globalField = h("div", { class: "field check", "data-field": "enable_globally" }, h("label", {}, global, " Enable globally"), h("p", { class: "field-error" }));
+  const callersField = h(
+    "fieldset",
+    { class: "field check", "data-field": "allowed_callers" },
+    h("legend", { text: "Offered to agents" }),
+    h("label", {}, direct, " As a tool of its own (direct calls)"),
+    h("label", {}, inCode, " Inside code mode (run_program)"),
+    h("p", { class: "field-error" }),
+  );
 
   const element = h(
     "div",
@@ -66,13 +79,14 @@ export function toolForm(initial, { onChange } = {}) {
     field("Execution message", message, { name: "execution_message_description", hint: "shown while the tool runs" }),
     field("Timeout (ms)", timeout, { name: "timeout_ms" }),
     globalField,
+    callersField,
     field("Test cases", cases, { name: "test_cases", hint: "JSON list of {name, input, expect}; a new version runs them before it is stored" }),
   );
 
   return {
     element,
     editor,
-    controls: { name, description, lang, parameters, message, timeout, global, cases },
+    controls: { name, description, lang, parameters, message, timeout, global, direct, inCode, cases },
     // The create body (without workspace_id); LocalProblem when Parameters is not JSON.
     body() {
       let inputSchema;
@@ -93,6 +107,7 @@ export function toolForm(initial, { onChange } = {}) {
         execution_message_description: message.value,
         enable_globally: global.checked,
         timeout_ms: Number(timeout.value),
+        allowed_callers: [direct.checked && "direct", inCode.checked && "code"].filter(Boolean),
       };
       try {
         out.test_cases = JSON.parse(cases.value || "[]");
@@ -118,6 +133,10 @@ export function toolForm(initial, { onChange } = {}) {
       if (draft.input_schema) parameters.value = JSON.stringify(draft.input_schema, null, 2);
       if (draft.execution_message_description !== undefined) message.value = draft.execution_message_description || "";
       if (Array.isArray(draft.test_cases)) cases.value = JSON.stringify(draft.test_cases, null, 2);
+      if (Array.isArray(draft.allowed_callers)) {
+        direct.checked = draft.allowed_callers.includes("direct");
+        inCode.checked = draft.allowed_callers.includes("code");
+      }
     },
   };
 }

@@ -394,3 +394,25 @@ def test_a_tool_deleted_elsewhere_says_so_on_its_page(tab: Page, live: Live) -> 
     gone = live.tool(tool["id"])
     assert gone.status_code == 404
     expect(page.get_by_role("alert").first).to_have_text(gone.json()["error"]["message"])
+
+
+def test_where_agents_are_offered_a_tool_is_set_on_its_form(tab: Page, live: Live) -> None:
+    page = tab.page
+    tab.sign_in()
+    page.get_by_role("button", name="New tool").click()
+    page.get_by_label("Name").fill("code-only-tool")
+    expect(page.get_by_label("As a tool of its own (direct calls)")).to_be_checked()
+    expect(page.get_by_label("Inside code mode (run_program)")).to_be_checked()
+    page.get_by_label("As a tool of its own (direct calls)").uncheck()
+    page.get_by_role("button", name="Save").click()
+    expect(page.get_by_role("heading", name="Tool: code-only-tool")).to_be_visible()
+    tool_id = page.url.rsplit("/", 1)[1]
+    assert live.tool(tool_id).json()["data"]["allowed_callers"] == ["code"]
+    # Offered nowhere is refused, next to the field, and nothing is stored.
+    page.get_by_label("Inside code mode (run_program)").uncheck()
+    page.get_by_role("button", name="Save").click()
+    expect(page.locator("[data-field=allowed_callers] .field-error")).not_to_be_empty()
+    assert live.tool(tool_id).json()["data"]["version"] == 1
+    page.reload()
+    expect(page.get_by_label("As a tool of its own (direct calls)")).not_to_be_checked()
+    expect(page.get_by_label("Inside code mode (run_program)")).to_be_checked()
