@@ -8,8 +8,9 @@ the configured number of proposals. Nothing is saved but one audit row.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from toolkiln.domain.auth import Principal
@@ -39,12 +40,14 @@ from toolkiln.domain.generation import (
     tool_choice,
     user_prompt,
 )
+from toolkiln.domain.limits import MIN_TIMEOUT_MS
 from toolkiln.domain.problems import Problem, problem, text_problems
 from toolkiln.domain.records import AuditRow
 from toolkiln.domain.results import Result
 from toolkiln.domain.schema import schema_to_parameters
 from toolkiln.domain.tools import ToolDraft, check_name
 from toolkiln.services.ports import ChatModel, UnitOfWorkFactory
+from toolkiln.services.testcases import CASES_BUDGET_S
 from toolkiln.services.tools import ToolService
 
 Events = Callable[[str, dict[str, Any]], None]
@@ -95,6 +98,8 @@ class _Run:
     usage: Usage
     attempts: int = 0
     name: str | None = None
+    # All the example runs of one generation, over every attempt, share this much time.
+    sandbox_deadline: float = field(default_factory=lambda: time.monotonic() + CASES_BUDGET_S)
 
 
 class GenerateService:
@@ -215,8 +220,14 @@ class GenerateService:
         run.on_event("validated", {"attempt": run.attempts, "name": proposal.draft.name})
         results: list[Result] = []
         for i, example in enumerate(proposal.examples):
+            left_ms = int((run.sandbox_deadline - time.monotonic()) * 1000)
+            if left_ms < MIN_TIMEOUT_MS:
+                spent = f"not run: this generation's {CASES_BUDGET_S:g} s of sandbox time is spent"
+                problems.append(problem(f"examples.{i}", spent))
+                break
+            timed = replace(proposal.draft, timeout_ms=min(proposal.draft.timeout_ms, left_ms))
             result = self._tools.cases.run_one(
-                run.principal, request.workspace_id, proposal.draft, example["input"]
+                run.principal, request.workspace_id, timed, example["input"]
             )
             run.usage.sandbox_runs += 1
             found = example_problems(i, example, result)
