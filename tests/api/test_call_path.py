@@ -7,31 +7,8 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
+from tests.api.calls import invoke, make_tool
 from tests.conftest import Space
-
-
-def _tool(client: TestClient, space: Space, name: str, code: str, **over: Any) -> dict[str, Any]:
-    body = {
-        "workspace_id": space.id,
-        "name": name,
-        "language": "python",
-        "code": code,
-        "input_schema": {"type": "object"},
-        **over,
-    }
-    r = client.post("/v1/custom-tools", json=body, headers=space.auth("write"))
-    assert r.status_code == 201, r.text
-    return r.json()["data"]
-
-
-def _invoke(client: TestClient, space: Space, tool: dict[str, Any], **body: Any) -> dict[str, Any]:
-    r = client.post(
-        f"/v1/custom-tools/{tool['id']}/invoke",
-        json={"input": {}, **body},
-        headers=space.auth("invoke"),
-    )
-    assert r.status_code == 200, r.text
-    return r.json()["data"]
 
 
 def _audit(client: TestClient, space: Space, **params: Any) -> list[dict[str, Any]]:
@@ -65,7 +42,7 @@ def test_run_code_spends_the_callers_budget(client: TestClient, space: Space) ->
         "    c = ctx.tools.calculate({'expression': '2+2'})\n"
         "    return {'a': a['raw_data'], 'b': b['raw_data'], 'c': c}\n"
     )
-    res = _invoke(client, space, _tool(client, space, "greedy-runner", code))
+    res = invoke(client, space, make_tool(client, space, "greedy-runner", code))
     assert res["status"] == "ok", res
     ok = res["raw_data"]["a"] + res["raw_data"]["b"]
     # 50 calls for the whole tree: the two run_code calls themselves and 48 calculations.
@@ -82,8 +59,8 @@ def test_a_tool_reaching_itself_through_run_code_is_stopped(
         f"    r = ctx.tools.run_code({{'language': 'python', 'code': {inner!r}}})\n"
         "    return {'inner': r['raw_data']}\n"
     )
-    tool = _tool(client, space, "loops-through-run-code", code)
-    res = _invoke(client, space, tool)
+    tool = make_tool(client, space, "loops-through-run-code", code)
+    res = invoke(client, space, tool)
     assert res["status"] == "ok", res
     assert res["raw_data"]["inner"]["error"] == "recursion"
     invoked = _audit(client, space, tool_id=tool["id"], event="tool.invoked")
@@ -113,7 +90,7 @@ def test_nested_run_code_rows_name_their_parent(client: TestClient, space: Space
         '    snippet = \'def handle(i, ctx):\\n    return ctx.tools.calculate({"expression": "3*3"})\'\n'
         "    return {'inner': ctx.tools.run_code({'language': 'python', 'code': snippet})}\n"
     )
-    res = _invoke(client, space, _tool(client, space, "nests-code", code))
+    res = invoke(client, space, make_tool(client, space, "nests-code", code))
     assert res["status"] == "ok" and res["raw_data"]["inner"]["raw_data"] == {"result": 9}, res
     inner_id = res["raw_data"]["inner"]["tool_call_id"]
     inner = _audit(client, space, tool_call_id=inner_id)
@@ -146,7 +123,7 @@ def test_ctx_names_the_agent_of_an_invocation(client: TestClient, space: Space) 
     )
     agent = r.json()["data"]
     code = "def handle(input, ctx):\n    return {'id': ctx.agentId, 'name': ctx.agent_name}"
-    res = _invoke(client, space, _tool(client, space, "who-calls", code), agent_id=agent["id"])
+    res = invoke(client, space, make_tool(client, space, "who-calls", code), agent_id=agent["id"])
     assert res["raw_data"] == {"id": agent["id"], "name": "Support bot"}
 
 
@@ -159,7 +136,7 @@ def test_ctx_audit_stores_data_as_given(client: TestClient, space: Space) -> Non
         "    ctx.audit('object', {'k': {'deep': True}})\n"
         "    return 'done'\n"
     )
-    res = _invoke(client, space, _tool(client, space, "audits", code))
+    res = invoke(client, space, make_tool(client, space, "audits", code))
     rows = _audit(client, space, tool_call_id=res["tool_call_id"])
     custom = [(x["event"], x["data"]) for x in rows if x["event"].startswith("custom.")]
     assert custom == [
@@ -174,9 +151,11 @@ def test_ctx_audit_stores_data_as_given(client: TestClient, space: Space) -> Non
 def test_a_tool_disabled_while_a_call_waits_is_not_run(client: TestClient, space: Space) -> None:
     """The status is read when the run starts; this drives the simplest case of it: the
     agent's list said active, the tool was disabled since, the call is refused unrun."""
-    tool = _tool(client, space, "soon-disabled", "def main(**p):\n    return {'message': 'ran'}")
+    tool = make_tool(
+        client, space, "soon-disabled", "def main(**p):\n    return {'message': 'ran'}"
+    )
     client.post(f"/v1/custom-tools/{tool['id']}/disable", headers=space.auth("write"))
-    res = _invoke(client, space, tool)
+    res = invoke(client, space, tool)
     assert res["error"]["code"] == "tool_disabled"
     after = client.get(f"/v1/custom-tools/{tool['id']}", headers=space.auth("read")).json()["data"]
     assert after["usage_count"] == 0

@@ -4,51 +4,21 @@ Through the API, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi.testclient import TestClient
 
+from tests.api.calls import invoke, make_tool, state
 from tests.conftest import Space
 
 
-def _tool(client: TestClient, space: Space, name: str, code: str, **over: Any) -> dict[str, Any]:
-    body = {
-        "workspace_id": space.id,
-        "name": name,
-        "language": "python",
-        "code": code,
-        "input_schema": {"type": "object"},
-        **over,
-    }
-    r = client.post("/v1/custom-tools", json=body, headers=space.auth("write"))
-    assert r.status_code == 201, r.text
-    return r.json()["data"]
-
-
-def _invoke(client: TestClient, space: Space, tool: dict[str, Any], **body: Any) -> Any:
-    r = client.post(
-        f"/v1/custom-tools/{tool['id']}/invoke",
-        json={"input": {}, **body},
-        headers=space.auth("invoke"),
-    )
-    assert r.status_code == 200, r.text
-    return r.json()["data"]
-
-
-def _state(client: TestClient, space: Space, tool: dict[str, Any]) -> dict[str, Any]:
-    r = client.get(f"/v1/custom-tools/{tool['id']}", headers=space.auth("read"))
-    return r.json()["data"]
-
-
 def test_ids_of_128_characters_are_recorded(client: TestClient, space: Space) -> None:
-    tool = _tool(
+    tool = make_tool(
         client, space, "long-ids", "def main(**p):\n    raise ValueError('x')\n    return {}"
     )
     for i in range(3):
-        res = _invoke(client, space, tool, tool_call_id=f"{i}" * 128, agent_id="a" * 128)
+        res = invoke(client, space, tool, tool_call_id=f"{i}" * 128, agent_id="a" * 128)
         assert res["error"]["code"] == "runtime_error"
-    state = _state(client, space, tool)
-    assert state["usage_count"] == 3 and state["status"] == "disabled"
+    after = state(client, space, tool)
+    assert after["usage_count"] == 3 and after["status"] == "disabled"
     call = client.get(f"/v1/tool-calls/{'0' * 128}", headers=space.auth("read")).json()["data"]
     assert call["audit"][0]["agent_id"] == "a" * 128
 
@@ -63,14 +33,14 @@ def test_values_no_database_stores_are_the_tools_counted_failure(
         "        v = [v]\n"
         "    return {'message': 'deep', 'rawData': v}\n"
     )
-    tool = _tool(client, space, "deep-nul", deep_nul)
-    res = _invoke(client, space, tool)
+    tool = make_tool(client, space, "deep-nul", deep_nul)
+    res = invoke(client, space, tool)
     assert res["error"]["code"] == "invalid_result", res
-    assert _state(client, space, tool)["failure_count"] == 1
+    assert state(client, space, tool)["failure_count"] == 1
 
 
 def test_a_test_run_counts_nothing_it_reaches(client: TestClient, space: Space) -> None:
-    failing = _tool(
+    failing = make_tool(
         client,
         space,
         "stored-and-failing",
@@ -85,26 +55,26 @@ def test_a_test_run_counts_nothing_it_reaches(client: TestClient, space: Space) 
     }
     r = client.post("/v1/custom-tools/test", json=body, headers=space.auth("write"))
     assert r.status_code == 200 and r.json()["data"]["raw_data"] == ["runtime_error"] * 3, r.text
-    state = _state(client, space, failing)
-    assert state["status"] == "active" and state["usage_count"] == 0 and state["failure_count"] == 0
+    after = state(client, space, failing)
+    assert after["status"] == "active" and after["usage_count"] == 0 and after["failure_count"] == 0
 
 
 def test_a_nested_tool_cut_short_by_its_callers_deadline_is_not_failed(
     client: TestClient, space: Space
 ) -> None:
-    slow = _tool(
+    slow = make_tool(
         client, space, "slow-inner", "def main(**p):\n    while True:\n        pass\n    return {}"
     )
-    outer = _tool(
+    outer = make_tool(
         client,
         space,
         "hasty-outer",
         "def handle(input, ctx):\n    return ctx.tools['slow-inner']({})",
         timeout_ms=1000,
     )
-    res = _invoke(client, space, outer)
+    res = invoke(client, space, outer)
     assert res["status"] == "error"
-    inner = _state(client, space, slow)
+    inner = state(client, space, slow)
     assert inner["usage_count"] == 1 and inner["failure_count"] == 0, inner
     rows = client.get(
         "/v1/audit",
@@ -127,8 +97,8 @@ def test_an_invoke_token_can_make_an_agents_tool_call(client: TestClient, space:
 
 
 def test_run_code_refuses_a_used_call_id(client: TestClient, space: Space) -> None:
-    tool = _tool(client, space, "first-user", "def main(**p):\n    return {'message': 'ok'}")
-    _invoke(client, space, tool, tool_call_id="taken-by-invoke")
+    tool = make_tool(client, space, "first-user", "def main(**p):\n    return {'message': 'ok'}")
+    invoke(client, space, tool, tool_call_id="taken-by-invoke")
     r = client.post(
         "/v1/run-code",
         json={

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 from openai import OpenAI
 
 from tests.conftest import Space, seed_tool
+from tests.examples.test_agent_loops import Scripted as AgentLoopModel
 from tests.examples.test_agent_loops import load
 
 # What the scripted model writes after reading run_program's description: one program that
@@ -28,17 +29,8 @@ async def handle(input, ctx):
 seen: list[dict[str, Any]] = []
 
 
-class Scripted(BaseHTTPRequestHandler):
-    def log_message(self, *args: Any) -> None:
-        return None
-
-    def _reply(self, body: dict[str, Any]) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+class Scripted(AgentLoopModel):
+    """The same scripted model server, answering with one run_program call."""
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
