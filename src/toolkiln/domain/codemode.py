@@ -11,7 +11,6 @@ import json
 import re
 from typing import Any
 
-from toolkiln.domain.builtin import BuiltinSpec
 from toolkiln.domain.formats import ToolDef
 from toolkiln.domain.limits import MAX_TIMEOUT_MS
 
@@ -69,11 +68,6 @@ def program_def(defs: list[ToolDef], language: str) -> ToolDef:
     schema = json.loads(json.dumps(RUN_PROGRAM_SCHEMA))
     schema["properties"]["language"]["default"] = language
     return ToolDef(RUN_PROGRAM, describe(defs, language), schema, "program")
-
-
-RUN_PROGRAM_SPEC = BuiltinSpec(
-    RUN_PROGRAM, "Run a program over the agent's tools.", RUN_PROGRAM_SCHEMA
-)
 
 
 # -- Python
