@@ -11,6 +11,7 @@ import json
 import re
 from typing import Any
 
+from toolkiln.domain.builtin import BuiltinSpec
 from toolkiln.domain.formats import ToolDef
 from toolkiln.domain.limits import MAX_TIMEOUT_MS
 
@@ -64,10 +65,17 @@ def describe(defs: list[ToolDef], language: str) -> str:
     return head + "\n".join(body)
 
 
+RUN_PROGRAM_SPEC = BuiltinSpec(
+    RUN_PROGRAM, "Run one program over the agent's tools (code mode).", RUN_PROGRAM_SCHEMA
+)
+
+
 def program_def(defs: list[ToolDef], language: str) -> ToolDef:
-    schema = json.loads(json.dumps(RUN_PROGRAM_SCHEMA))
+    """``run_program`` as an agent is offered it: the spec's schema, its language's default,
+    and the description that declares ``defs``."""
+    schema = json.loads(json.dumps(RUN_PROGRAM_SPEC.input_schema))
     schema["properties"]["language"]["default"] = language
-    return ToolDef(RUN_PROGRAM, describe(defs, language), schema, "program")
+    return ToolDef(RUN_PROGRAM_SPEC.name, describe(defs, language), schema, "program")
 
 
 # -- Python
