@@ -30,7 +30,7 @@ class Settings(BaseSettings):
     sandbox_warm: int = Field(8, ge=1, le=128)
     sandbox_memory_mb: int = Field(256, ge=32, le=4096)
     sandbox_insecure: bool = False
-    sandbox_js_workers: int = Field(2, ge=1, le=64)
+    sandbox_js_workers: int = Field(3, ge=1, le=64)
     public_url: str | None = None
     smtp_url: SecretStr | None = None
     search_provider: str | None = None

@@ -28,27 +28,30 @@ def wait_for(condition, what: str) -> None:
 
 def test_a_workspace_holds_at_most_all_but_one() -> None:
     fair = FairShare(3)
-    assert fair.acquire("a", False, soon()) and fair.acquire("a", False, soon())
-    assert not fair.acquire("a", False, time.monotonic() + 0.05)  # its cap, not the pool's
-    assert fair.acquire("b", False, soon())  # the last one is another workspace's
-    assert fair.acquire("a", True, time.monotonic() + 0.05) is False  # all taken now
+    assert fair.acquire("a", soon()) and fair.acquire("a", soon())
+    assert not fair.acquire("a", time.monotonic() + 0.05)  # its cap, not the pool's
+    assert fair.acquire("b", soon())  # the last one is another workspace's
+    assert fair.acquire("b", time.monotonic() + 0.05) is False  # all taken now
 
 
-def test_nested_runs_pass_the_cap_but_not_the_queue() -> None:
+def test_nested_runs_count_toward_their_workspaces_share() -> None:
+    """A call nesting a run cannot take another workspace's last place with it."""
     fair = FairShare(2)
-    assert fair.acquire("a", False, soon())
-    assert fair.acquire("a", True, soon())  # a tool calling a tool in the same workspace
-    assert fair.busy == 2 and fair.held == {"a": 2}
+    assert fair.acquire("a", soon())  # a root call
+    assert not fair.acquire("a", time.monotonic() + 0.05)  # the run it nests waits...
+    assert fair.acquire("b", soon())  # ...and another workspace still gets its place
+    assert fair.busy == 2 and fair.held == {"a": 1, "b": 1}
 
 
 def test_the_next_free_worker_goes_to_the_workspace_holding_fewest() -> None:
-    fair = FairShare(2)
-    assert fair.acquire("a", False, soon())
-    assert fair.acquire("b", False, soon())
+    fair = FairShare(3)
+    assert fair.acquire("a", soon())
+    assert fair.acquire("b", soon())
+    assert fair.acquire("x", soon())
     order: list[str] = []
 
     def wait(ws: str) -> None:
-        if fair.acquire(ws, True, soon()):
+        if fair.acquire(ws, soon()):
             order.append(ws)
 
     first = threading.Thread(target=wait, args=("a",))  # queued first, but A holds one

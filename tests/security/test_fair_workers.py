@@ -61,14 +61,43 @@ def test_one_workspace_cannot_hold_every_worker(pair: Pair) -> None:
     assert pair.runtime.sandboxes["javascript"].fair.busy == 0
 
 
-def test_nested_calls_of_a_workspace_are_not_capped_by_their_own_call(pair: Pair) -> None:
-    a = pair.a
-    inner = a.tool("inner", "function main(p) { return { message: 'inner' } }")
-    outer = a.tool(
-        "outer",
-        "async function main(p, ctx) { const r = await ctx.tools.inner({});"
-        " return { message: 'outer+' + r.message } }",
+def test_a_call_nesting_javascript_cannot_take_another_workspaces_last_worker(
+    pair: Pair,
+) -> None:
+    """A's tool nests a spinning JavaScript tool: the nested run waits (A holds its share),
+    B's call gets the other worker, and neither of A's tools is failed for the wait."""
+    a, b = pair.a, pair.b
+    inner = a.tool("spin-nested", SPIN, timeout_ms=1000)
+    nester = a.tool(
+        "nester",
+        "async function main(p, ctx) { const r = await ctx.tools['spin-nested']({});"
+        " return { message: String(r.error) } }",
+        timeout_ms=5000,
     )
-    assert inner
-    got = a.invoke(outer)
-    assert got["status"] == "ok" and got["message"] == "outer+inner", got
+    quick = b.tool("quick-b", QUICK, timeout_ms=2000)
+    fair = pair.runtime.sandboxes["javascript"].fair
+    out: dict = {}
+    t = threading.Thread(target=lambda: out.update(a.invoke(nester)))
+    t.start()
+    wait_for(lambda: fair.held.get(a.workspace_id) == 1 and fair.waiting() == 1, "A nested")
+    got = b.invoke(quick, {"n": 2})
+    assert got["status"] == "ok" and got["message"] == "b-2", got
+    t.join(timeout=30)
+    assert out["status"] == "ok" and out["message"] == "timeout", out
+    assert a.get_tool(inner)["failure_count"] == 0 and a.get_tool(nester)["failure_count"] == 0
+
+
+def test_a_tool_may_call_a_tool_while_its_workspace_has_a_place_left(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    data_dir = tmp_path_factory.mktemp("fair-nesting")
+    with own_service(data_dir, TOKEN, sandbox_js_workers=3) as (rt, client, _):
+        a = tenant(rt, client, "nesting")
+        a.tool("inner", "function main(p) { return { message: 'inner' } }")
+        outer = a.tool(
+            "outer",
+            "async function main(p, ctx) { const r = await ctx.tools.inner({});"
+            " return { message: 'outer+' + r.message } }",
+        )
+        got = a.invoke(outer)
+        assert got["status"] == "ok" and got["message"] == "outer+inner", got

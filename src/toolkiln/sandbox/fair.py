@@ -2,10 +2,10 @@
 
 A call waits in a queue with its own deadline (then it is a ``timeout``, never an
 ``infra_error``). When a worker is free it goes to the waiting call whose workspace holds
-the fewest workers, earliest first; and a workspace may hold at most all workers but one
-while it makes root calls, so one workspace can never take every worker from the others.
-Runs nested under a call that already holds a worker are exempt from that cap (a tool
-calling a tool would otherwise wait for itself), not from the queue.
+the fewest workers, earliest first; and a workspace may hold at most all workers but one,
+its nested runs included, so one workspace can never take every worker from the others
+(a call that nests deeper than that waits within its deadline: its ``timeout`` is not
+counted against the tool, which never got a process).
 """
 
 from __future__ import annotations
@@ -20,13 +20,12 @@ from dataclasses import dataclass
 class _Waiter:
     ticket: int
     workspace: str
-    nested: bool
 
 
 class FairShare:
     def __init__(self, workers: int) -> None:
         self.workers = workers
-        self.cap = max(1, workers - 1)  # per workspace, for root calls
+        self.cap = max(1, workers - 1)  # per workspace, nested runs included
         self.held: dict[str, int] = {}
         self.busy = 0
         self._queue: list[_Waiter] = []
@@ -38,17 +37,17 @@ class FairShare:
         best: tuple[tuple[int, int], _Waiter] | None = None
         for w in self._queue:
             held = self.held.get(w.workspace, 0)
-            if not w.nested and held >= self.cap:
+            if held >= self.cap:
                 continue
             key = (held, w.ticket)
             if best is None or key < best[0]:
                 best = (key, w)
         return best[1] if best else None
 
-    def acquire(self, workspace: str, nested: bool, deadline: float) -> bool:
+    def acquire(self, workspace: str, deadline: float) -> bool:
         """Wait for this call's turn; False if its deadline came first."""
         with self._cond:
-            me = _Waiter(next(self._tickets), workspace, nested)
+            me = _Waiter(next(self._tickets), workspace)
             self._queue.append(me)
             try:
                 while not (self.busy < self.workers and self._next() is me):

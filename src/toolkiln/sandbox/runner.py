@@ -22,7 +22,7 @@ from toolkiln.sandbox.jail import protocol
 from toolkiln.sandbox.packages import PYTHON_PACKAGES, PackageStore, python_imports
 from toolkiln.sandbox.pool import SandboxUnavailable, Template, WarmChild
 from toolkiln.sandbox.session import Session
-from toolkiln.sandbox.shares import CallGroup, JoinFailed, Membership, enter
+from toolkiln.sandbox.shares import JoinFailed, Membership, enter
 
 log = logging.getLogger("toolkiln.sandbox")
 _instances = itertools.count()
@@ -246,11 +246,9 @@ class PythonSandbox:
             self._relinquish(req)
 
     def _acquire(self, req: RunRequest, deadline: float) -> bool:
-        """The call's turn for a process, shared fairly between workspaces (sandbox/fair.py);
-        runs nested under a running call are exempt from the per-workspace cap."""
-        group = req.share.group if req.share is not None else None
-        nested = isinstance(group, CallGroup) and group.running
-        return self.fair.acquire(req.workspace_id, nested, deadline)
+        """The call's turn for a process, shared fairly between workspaces (sandbox/fair.py):
+        nested runs count toward their workspace's share like root calls."""
+        return self.fair.acquire(req.workspace_id, deadline)
 
     def _relinquish(self, req: RunRequest) -> None:
         self.fair.release(req.workspace_id)
