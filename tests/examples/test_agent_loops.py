@@ -132,18 +132,26 @@ class Scripted(BaseHTTPRequestHandler):
             self.end_headers()
 
 
-@pytest.fixture(scope="module")
-def model_url() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Scripted)
+def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A scripted model server on loopback for as long as the caller iterates."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
 
 
-def setup(client: TestClient, space: Space, rw: dict[str, str]) -> tuple[TestClient, str]:
+@pytest.fixture(scope="module")
+def model_url() -> Iterator[str]:
+    yield from serving(Scripted)
+
+
+def setup(
+    client: TestClient, space: Space, rw: dict[str, str], name: str = "loop"
+) -> tuple[TestClient, str]:
+    """The seed's order tool, enabled globally, and an agent: a client acting with ``rw``."""
     client.post("/v1/custom-tools", json=seed_tool(space, enable_globally=True), headers=rw)
     agent = client.post(
-        "/v1/agents", json={"workspace_id": space.id, "name": "loop"}, headers=rw
+        "/v1/agents", json={"workspace_id": space.id, "name": name}, headers=rw
     ).json()["data"]
     return TestClient(client.app, headers=rw), agent["id"]
 

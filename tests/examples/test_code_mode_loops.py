@@ -4,9 +4,7 @@ Anthropic SDK, against a scripted model server on loopback (real HTTP, both prot
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -14,9 +12,9 @@ from anthropic import Anthropic
 from fastapi.testclient import TestClient
 from openai import OpenAI
 
-from tests.conftest import Space, seed_tool
+from tests.conftest import Space
 from tests.examples.test_agent_loops import Scripted as AgentLoopModel
-from tests.examples.test_agent_loops import load
+from tests.examples.test_agent_loops import load, serving, setup
 
 # What the scripted model writes after reading run_program's description: one program that
 # calls the order tool and a built-in by the names the description declares.
@@ -83,32 +81,21 @@ class Scripted(AgentLoopModel):
 
 @pytest.fixture(scope="module")
 def model_url() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Scripted)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-
-
-def _setup(client: TestClient, space: Space, rw: dict[str, str]) -> tuple[TestClient, str]:
-    client.post("/v1/custom-tools", json=seed_tool(space, enable_globally=True), headers=rw)
-    agent = client.post(
-        "/v1/agents", json={"workspace_id": space.id, "name": "coder"}, headers=rw
-    ).json()["data"]
-    return TestClient(client.app, headers=rw), agent["id"]
+    yield from serving(Scripted)
 
 
 EXPECTED = "Answer: Order A-42 is shipped; 6*7 = 42"
 
 
 def test_openai_code_mode_loop(client: TestClient, space: Space, rw, model_url: str) -> None:
-    toolkiln, agent_id = _setup(client, space, rw)
+    toolkiln, agent_id = setup(client, space, rw, "coder")
     model = OpenAI(api_key="test", base_url=f"{model_url}/v1")
     answer = load("code_mode_agent").run_openai(toolkiln, agent_id, model, "scripted", "go")
     assert answer == EXPECTED
 
 
 def test_anthropic_code_mode_loop(client: TestClient, space: Space, rw, model_url: str) -> None:
-    toolkiln, agent_id = _setup(client, space, rw)
+    toolkiln, agent_id = setup(client, space, rw, "coder")
     model = Anthropic(api_key="test", base_url=model_url)
     answer = load("code_mode_agent").run_anthropic(toolkiln, agent_id, model, "scripted", "go")
     assert answer == EXPECTED

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.sandbox.links import NoCtx
 from toolkiln.domain.execution import RunOutcome, RunRequest
 from toolkiln.sandbox.fair import FairShare
 from toolkiln.sandbox.packages import PackageStore
@@ -66,17 +67,6 @@ def test_the_next_free_worker_goes_to_the_workspace_holding_fewest() -> None:
     first.join(5)
     second.join(5)
     assert order == ["c", "a"]
-
-
-class NoCtx:
-    def admit(self) -> bool:
-        return True
-
-    def call(self, name: str, payload: object) -> object:
-        return {"error": "unknown_tool"}
-
-    def audit(self, event: str, data: object) -> None:
-        return None
 
 
 @pytest.fixture(scope="module")

@@ -10,24 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.sandbox.links import NoCtx
 from toolkiln.domain.execution import RunRequest
 from toolkiln.sandbox import runner as runner_module
 from toolkiln.sandbox.packages import PYTHON_PACKAGES, PackageStore
 from toolkiln.sandbox.pool import SandboxUnavailable
 from toolkiln.sandbox.runner import PythonSandbox
-
-
-class NoCtx:
-    """A run link with no platform behind it: every ctx call is an unknown tool."""
-
-    def admit(self) -> bool:
-        return True
-
-    def call(self, name: str, payload: object) -> object:
-        return {"error": "unknown_tool"}
-
-    def audit(self, event: str, data: object) -> None:
-        return None
 
 
 @pytest.fixture(scope="module")
