@@ -101,3 +101,33 @@ def test_a_tool_may_call_a_tool_while_its_workspace_has_a_place_left(
         )
         got = a.invoke(outer)
         assert got["status"] == "ok" and got["message"] == "outer+inner", got
+
+
+BUSY = (
+    "function main(p) { const t = Date.now(); while (Date.now() - t < 600) {} "
+    "return { message: 'ran' } }"
+)
+
+
+def test_a_call_queued_for_a_worker_when_its_tool_is_disabled_is_not_run(pair: Pair) -> None:
+    """CONTRACT 4: the status is decided when the run starts. The second call queues for a
+    worker (its workspace holds its share), the tool is disabled meanwhile: the call that
+    was running ends as it would (usage only), the queued one is ``tool_disabled``, unrun."""
+    a = pair.a
+    fair = pair.runtime.sandboxes["javascript"].fair
+    busy = a.tool("busy-then-disabled", BUSY, timeout_ms=5000)
+    results: dict[str, dict] = {}
+    first = threading.Thread(target=lambda: results.setdefault("first", a.invoke(busy)))
+    first.start()
+    wait_for(lambda: fair.held.get(a.workspace_id) == 1, "the first call runs")
+    second = threading.Thread(target=lambda: results.setdefault("second", a.invoke(busy)))
+    second.start()
+    wait_for(lambda: fair.waiting() == 1, "the second call queues")
+    r = a.client.post(f"/v1/custom-tools/{busy}/disable", headers=a.headers)
+    assert r.status_code == 200, r.text
+    first.join(timeout=30)
+    second.join(timeout=30)
+    assert results["first"]["status"] == "ok", results
+    assert results["second"]["error"]["code"] == "tool_disabled", results
+    after = a.get_tool(busy)
+    assert after["usage_count"] == 1 and after["failure_count"] == 0, after

@@ -35,6 +35,14 @@ class Principal:
             raise NotFound(f"No {what} with that id.")
 
 
+@dataclass(frozen=True, slots=True)
+class Bearer:
+    """A request's bearer token, not yet checked: a use case that reads the database anyway
+    checks it in the same transaction (``services.access.principal_of``)."""
+
+    value: str | None
+
+
 def parse_scopes(raw: list[str] | str) -> frozenset[str]:
     items = raw.split(",") if isinstance(raw, str) else raw
     scopes = frozenset(s.strip() for s in items if s.strip())

@@ -21,6 +21,17 @@ from toolkiln.services.ports import UnitOfWork, UnitOfWorkFactory
 DEFAULT_WORKSPACE = "default"
 
 
+def principal_of(tx: UnitOfWork, bearer: str | None) -> Principal:
+    """Who a bearer token is, read in the caller's transaction: the one rule for checking a
+    token (revocation takes effect at the next request, on every replica)."""
+    if not bearer:
+        raise Unauthenticated("A bearer token is required.")
+    record = tx.tokens.by_hash(hash_token(bearer))
+    if record is None or record.revoked_at is not None:
+        raise Unauthenticated("The token is unknown or revoked.")
+    return Principal(record.id, record.workspace_id, record.scopes)
+
+
 @dataclass(frozen=True, slots=True)
 class IssuedToken:
     """A token record together with its secret value, which exists only in this answer."""
@@ -41,10 +52,7 @@ class AccessService:
         if not bearer:
             raise Unauthenticated("A bearer token is required.")
         with self._uow(readonly=True) as tx:
-            record = tx.tokens.by_hash(hash_token(bearer))
-        if record is None or record.revoked_at is not None:
-            raise Unauthenticated("The token is unknown or revoked.")
-        return Principal(record.id, record.workspace_id, record.scopes)
+            return principal_of(tx, bearer)
 
     # -- workspaces
 

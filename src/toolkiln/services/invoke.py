@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from toolkiln.domain.auth import Principal
+from toolkiln.domain.auth import Bearer, Principal
 from toolkiln.domain.code_check import entrypoint_of
 from toolkiln.domain.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from toolkiln.domain.ids import new_id
@@ -18,6 +18,7 @@ from toolkiln.domain.records import AuditFilter, AuditRow, CallRecord
 from toolkiln.domain.results import Result
 from toolkiln.domain.text import is_client_id
 from toolkiln.domain.tools import ToolDraft, validate_draft
+from toolkiln.services.access import principal_of
 from toolkiln.services.ports import UnitOfWorkFactory
 from toolkiln.services.router import RUN_CODE_TIMEOUT_MS, Router
 from toolkiln.services.runs import Code, Runs
@@ -67,10 +68,19 @@ class InvokeService:
 
     # -- public use cases
 
-    def invoke(self, principal: Principal, tool_id: str, payload: Any, who: CallContext) -> Result:
-        principal.require("invoke")
-        check_ids(who)
-        with self._uow(readonly=True) as tx:  # one read: the tool, the call id, the agent
+    def invoke(
+        self, credential: Principal | Bearer, tool_id: str, payload: Any, who: CallContext
+    ) -> Result:
+        """Invoke a stored tool. Given the request's ``Bearer``, the token is checked in the
+        call's one read (the token, the tool, the call id, the agent)."""
+        with self._uow(readonly=True) as tx:
+            principal = (
+                credential
+                if isinstance(credential, Principal)
+                else principal_of(tx, credential.value)
+            )
+            principal.require("invoke")
+            check_ids(who)
             tool = tx.tools.get(tool_id)
             if tool is None or not principal.can_see(tool.workspace_id):
                 raise NotFound("No custom tool with that id.")

@@ -11,6 +11,7 @@ place, to what ``ctx.tools`` resolves to.
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from typing import Any, Literal
 
@@ -35,6 +36,9 @@ Kind = Literal["builtin", "run_code", "custom", "refused"]
 CUSTOM_PREFIX = "custom_"
 MAX_NAME_CHARS = MAX_CTX_NAME_CHARS
 RUN_CODE_TIMEOUT_MS = 5000
+# A run whose sandbox process was ready within this long of the tool's read starts with the
+# status that read saw; later (it queued for a process), the status is read again.
+ADMIT_FRESH_S = 0.001
 
 
 class Router:
@@ -84,7 +88,9 @@ class Router:
 
     def run_tool(self, origin: Origin, tool: Tool, payload: Any) -> Result:
         """Invoke a tool the caller may reach (possibly at a pinned version: the counters
-        are the tool's, code and schema the version's), as the call ``origin`` names."""
+        are the tool's, code and schema the version's), as the call ``origin`` names.
+        ``tool`` was read just before: its status is the one checked below."""
+        read_at = time.monotonic()
         if origin.parent_call_id is None:
             origin.budget.narrow(tool.timeout_ms)
         run = origin.entering(tool.id)
@@ -97,7 +103,7 @@ class Router:
             return self._recorded(run, tool, refused(run.call_id, tool.id, tool.version, err))
         code = Code(tool.language, tool.code, entry, tool.timeout_ms)
         outcome = self._runs.run(
-            run, code, payload, self.from_code, admit=lambda: self._active(tool.id)
+            run, code, payload, self.from_code, admit=lambda: self._active(tool.id, read_at)
         )
         return self._recorded(run, tool, Runs.shape(run, code, tool.version, outcome))
 
@@ -263,8 +269,13 @@ class Router:
                 budget.policy = tx.workspaces.policy(origin.workspace_id)
         return budget.policy
 
-    def _active(self, tool_id: str) -> bool:
-        """The status when the run starts, not when the request arrived (CONTRACT 4)."""
+    def _active(self, tool_id: str, read_at: float) -> bool:
+        """The status when the run starts, not when the request arrived (CONTRACT 4): the
+        status read with the tool stands when a sandbox process was ready within
+        ``ADMIT_FRESH_S`` of that read (a warm process: no queue to be disabled behind);
+        a call that waited longer reads it again."""
+        if time.monotonic() - read_at <= ADMIT_FRESH_S:
+            return True
         with self._uow(readonly=True) as tx:
             return tx.tools.status(tool_id) == "active"
 

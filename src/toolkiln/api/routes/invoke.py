@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse
 from toolkiln.api import models, serialize
 from toolkiln.api.deps import Caller, Svc, bearer_of
 from toolkiln.api.routes.tools import draft_of
+from toolkiln.domain.auth import Bearer
 from toolkiln.services.invoke import CallContext
 
 router = APIRouter(prefix="/v1", tags=["invoking"])
@@ -34,10 +35,9 @@ def test_tool(body: models.ToolTest, who: Caller, svc: Svc) -> dict[str, Any]:
     openapi_extra={"security": [{"bearer": []}]},
 )
 def invoke_tool(tool_id: str, body: models.InvokeIn, request: Request, svc: Svc) -> JSONResponse:
-    # The token is checked here rather than by the Caller dependency: FastAPI runs each sync
-    # dependency in a thread-pool hop of its own (~0.15 ms of CPU on the reference VM).
-    # (An async route awaiting one hop measured twice the p50: docs/benchmarks.md.)
-    who = svc.access.authenticate(bearer_of(request))
+    # The token is checked by the invoke's own read rather than by the Caller dependency:
+    # FastAPI runs each sync dependency in a thread-pool hop of its own, and a separate read
+    # transaction costs another ~0.1 ms (docs/benchmarks.md).
     context = CallContext(
         tool_call_id=body.tool_call_id,
         agent_id=body.agent_id,
@@ -47,7 +47,8 @@ def invoke_tool(tool_id: str, body: models.InvokeIn, request: Request, svc: Svc)
     )
     # The hot path: the Result is built by the domain, so hand FastAPI a finished response
     # instead of having it validate and re-encode the dict (response_model stays for docs).
-    return JSONResponse({"data": svc.invoke.invoke(who, tool_id, body.input, context).as_dict()})
+    result = svc.invoke.invoke(Bearer(bearer_of(request)), tool_id, body.input, context)
+    return JSONResponse({"data": result.as_dict()})
 
 
 @router.post("/run-code", response_model=models.One[models.Result])
