@@ -322,11 +322,15 @@ class PythonSandbox:
         """Hook for other runtimes on the same jail."""
 
     def _take(self, req: RunRequest, timeout: float) -> WarmChild:
-        return self.template.take(timeout=timeout)
+        # The replacement is asked for when this call ends (_release), not now: forking it
+        # while the call runs took a core from the call in flight (docs/benchmarks.md).
+        return self.template.take(timeout=timeout, replenish=False)
 
     def _release(self, child: WarmChild, outcome: RunOutcome | None, clean: bool) -> None:
-        """A Python child serves one call: it is killed whatever happened."""
+        """A Python child serves one call: it is killed whatever happened, and another is
+        asked for."""
         child.close()
+        self.template.replace()
         if outcome is not None and outcome.kind not in {"crash", "violation", "memory"}:
             self.template.forget_exit(child)
 
