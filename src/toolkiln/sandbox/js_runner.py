@@ -58,6 +58,7 @@ class JavaScriptSandbox(PythonSandbox):
         config["js_engine_parent"] = str(engine.parent)  # only without a jail (insecure mode)
         config["binds"] = {"/engine/py_mini_racer": str(engine)}
         config["js_heap_mb"] = self.limits.memory_mb // 2
+        config["js_listed"] = sorted(JS_PACKAGES)  # named by require's error; set up ahead
         config["preload"] = ["asyncio", "json", "re"]
         config["curated"] = {}
         config["warm_nice"] = 0  # a worker serves calls for its whole life
@@ -81,8 +82,7 @@ class JavaScriptSandbox(PythonSandbox):
             for n in listed
             if self.packages.installed(n)
         }
-        extra = {"modules": modules, "listed": sorted(JS_PACKAGES)}
-        return self._run_once(dataclasses.replace(req, code=code), link, extra)
+        return self._run_once(dataclasses.replace(req, code=code), link, {"modules": modules})
 
     def _take(self, req: RunRequest, timeout: float) -> WarmChild:
         """A worker that has served no workspace but this one. A worker that served another

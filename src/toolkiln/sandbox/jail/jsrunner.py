@@ -10,9 +10,11 @@ worker (namespaces, read-only root, uid, seccomp, cgroup) is the boundary.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import socket
+from typing import Any
 
 import protocol
 from pyrunner import result_frame
@@ -67,24 +69,26 @@ PRELUDE = r"""
 })();
 """
 
-# Strings cross from V8 to Python only as JSON text made by the JSON.stringify captured
-# here (it escapes lone surrogates, which the engine's own string conversion cannot pass).
-INSTALL_CTX = """(host, info) => {
-  const stringify = JSON.stringify, parse = JSON.parse;
+# Made while the worker is idle, with the isolate (``Fresh``): everything of a call that does
+# not depend on its code or input, so a call crosses from Python to V8 three times (its code,
+# its entry, its report). Strings cross from V8 to Python only as JSON text made by the
+# JSON.stringify captured here (it escapes lone surrogates, which the engine's own string
+# conversion cannot pass).
+SETUP = """(host, listedJson, entries) => {
+  const stringify = JSON.stringify, parse = JSON.parse, freeze = Object.freeze;
+  let issued = 0;  // ctx calls this call made (they need the event loop to turn)
   const encode = (input) => stringify(input === undefined ? null : input);
-  const call = (name, input) => host(stringify(String(name)), encode(input)).then((r) => parse(r));
+  const call = (name, input) => {
+    issued += 1;
+    return host(stringify(String(name)), encode(input)).then((r) => parse(r));
+  };
   const tools = new Proxy({}, {
     get: (_, name) => (typeof name === 'string' ? (input) => call(name, input) : undefined),
   });
-  const meta = parse(info);
   const audit = (event, data) =>
     call('__audit__', [event, data === undefined ? null : data]).then(() => undefined);
-  const ctx = Object.freeze({ ...meta, tools, audit });
-  Object.defineProperty(globalThis, '__tk_ctx', { value: ctx });
-}"""
-
-LOADER = """(sourcesJson, listedJson) => {
-  const sources = JSON.parse(sourcesJson), listed = JSON.parse(listedJson), cache = {};
+  const listed = parse(listedJson), cache = {};
+  let sources = {};
   const has = (o, k) => Object.prototype.hasOwnProperty.call(o, k);
   const require = (name) => {
     if (has(cache, name)) return cache[name];
@@ -96,17 +100,46 @@ LOADER = """(sourcesJson, listedJson) => {
     cache[name] = module.exports;
     return module.exports;
   };
-  Object.defineProperty(globalThis, 'require', { value: require });
-  Object.defineProperty(globalThis, '__tk_default',
-                        { value: (m) => (m && m.__esModule && 'default' in m ? m.default : m) });
+  const define = (name, value) => Object.defineProperty(globalThis, name, { value });
+  define('require', require);
+  define('__tk_default', (m) => (m && m.__esModule && 'default' in m ? m.default : m));
+  define('__tk_modules', (s) => { sources = parse(s); });
+  // A value returned at once (no promise, no ctx call in flight) is kept for __tk_report,
+  // read once the microtasks the call queued have run (as after an await); anything else
+  // is a promise, awaited by the host side of the loop as before.
+  let done = false, kept;  // done: a value was returned at once
+  const begin = (info) => { issued = 0; return freeze({ ...parse(info), tools, audit }); };
+  const settle = (v) => {
+    if (issued === 0 && !(v !== null && (typeof v === 'object' || typeof v === 'function')
+                          && 'then' in v)) {
+      done = true; kept = v; return null;
+    }
+    return (async () => {
+      try { return __tk_finish(await v); } catch (e) { throw __tk_wellformed(e); }
+    })();
+  };
+  for (const [name, make] of Object.entries(entries)) define(name, make(begin, settle));
+  // The ctx calls issued since (by the microtasks), the logs, the value: one read.
+  define('__tk_report', () => `${issued}\\n${__tk_logs()}\\n${done ? __tk_finish(kept) : 'null'}`);
+  // V8 compiles a function when it first runs: run the call's own paths once now, while
+  // the worker is idle (no tool code is here yet, so the entry is not defined; nothing of
+  // this is kept: each call begins afresh, and the report below resets what settle keeps).
+  for (const name of Object.keys(entries)) globalThis[name]('{}', '{}');
+  settle({});
+  __tk_report();
+  done = false; kept = undefined;
 }"""
 
+# One per entry point, so an error names it as the code wrote it ("main is not defined").
 # What the code throws is made well-formed text before the engine converts it for Python
 # (a lone surrogate in an error's name or message would break that conversion).
-RUNNER = """async (input) => {
-  try { return __tk_finish(await __ENTRY__(__tk_parse(input), __tk_ctx)); }
-  catch (e) { throw __tk_wellformed(e); }
+ENTRY = """(begin, settle) => (input, info) => {
+  const ctx = begin(info);
+  let v;
+  try { v = __ENTRY__(__tk_parse(input), ctx); return settle(v); }
+  catch (e) { return Promise.reject(__tk_wellformed(e)); }
 }"""
+ENTRIES = ("main", "handle")
 
 
 def preload(mr_module: object) -> None:
@@ -166,36 +199,47 @@ def _error(exc: BaseException) -> dict:
 
 
 LOG_CAP = 65536
+NO_LOGS = {"out": [], "err": [], "dropped": 0}
+MEMORY = {"kind": "exception", "type": "MemoryError", "message": "JavaScript heap limit reached"}
 
 
 class Fresh:
     """An isolate made while the worker is idle, after the previous call's report was sent:
-    a new V8 isolate and context with the prelude evaluated and the ctx installer and module
-    loader compiled. It serves at most one call and is closed when that call ends."""
+    a new V8 isolate and context with the prelude and SETUP evaluated and the host callback
+    wrapped, so that a call brings only its code and its data. It serves at most one call
+    (``link`` is set once, for it): ``release`` ends the ctx calls left in flight before the
+    report goes out, ``close`` frees the isolate after it."""
 
-    def __init__(self, mr_module: object, heap_bytes: int, log_cap: int = LOG_CAP) -> None:
+    def __init__(self, mr: Any, log_cap: int) -> None:
+        self.mr = mr
         self.log_cap = log_cap
-        self.mr = mr_module.MiniRacer()  # type: ignore[attr-defined]
+        self.link = None
+        self.started = 0  # ctx calls (host callbacks) begun
+        self._wrapped = contextlib.AsyncExitStack()
+
+    @classmethod
+    async def make(
+        cls, mr_module: object, heap_bytes: int, listed: list, log_cap: int = LOG_CAP
+    ) -> Fresh:
+        # Made inside a coroutine: an isolate binds to the running loop (the worker's own).
+        fresh = cls(mr_module.MiniRacer(), log_cap)  # type: ignore[attr-defined]
+        mr = fresh.mr
         try:
-            self.mr.set_hard_memory_limit(heap_bytes)
-            self.mr.eval(PRELUDE.replace("__TK_LOG_CAP__", str(int(log_cap))))
-            self.install_ctx = self.mr.eval(INSTALL_CTX)
-            self.loader = self.mr.eval(LOADER)
+            mr.set_hard_memory_limit(heap_bytes)
+            mr.eval(PRELUDE.replace("__TK_LOG_CAP__", str(int(log_cap))))
+            host = await fresh._wrapped.enter_async_context(mr.wrap_py_function(fresh._host))
+            runners = ", ".join(f"__tk_run_{n}: {ENTRY.replace('__ENTRY__', n)}" for n in ENTRIES)
+            mr.eval(SETUP)(host, json.dumps(listed), mr.eval(f"({{{runners}}})"))
         except BaseException:
-            self.close()
+            await fresh.close()
             raise
+        return fresh
 
-    def close(self) -> None:
-        # JS handles first: they are freed against their context.
-        self.install_ctx = self.loader = None
-        self.mr.close()
-
-
-async def _run(fresh: Fresh, req: dict, link) -> dict:
-    mr = fresh.mr
-    calls = {"n": 0}
-
-    async def host(*args: object) -> str:
+    async def _host(self, *args: object) -> str:
+        self.started += 1
+        link = self.link
+        if link is None:
+            raise RuntimeError("no call is running")
         name, payload = json.loads(str(args[0])), json.loads(str(args[1]))
         if name == "__audit__":
             event, data = (
@@ -203,72 +247,116 @@ async def _run(fresh: Fresh, req: dict, link) -> dict:
             )
             link.audit(event, data)
             return "null"
-        calls["n"] += 1
         return json.dumps(link.call(name, payload))
 
-    async with mr.wrap_py_function(host) as js_host:
-        fresh.install_ctx(js_host, json.dumps(req.get("context") or {}))
+    async def started_all(self, issued: int, turns: int = 8) -> None:
+        """Let the loop turn until the ``issued`` ctx calls have run (each runs to its end
+        in the turn it starts: the host side of a call never awaits), a few turns at most."""
+        for _ in range(turns):
+            if self.started >= issued:
+                return
+            await asyncio.sleep(0)
+
+    async def release(self) -> None:
+        """Cancel the ctx calls still in flight; the host callback answers no more."""
+        self.link = None
+        await self._wrapped.aclose()
+
+    async def close(self) -> None:
+        await self.release()
+        self.mr.close()
+
+
+def _literal(value: object) -> str:
+    """``value`` as JSON text, spelled as a JavaScript string literal (ASCII only)."""
+    return json.dumps(json.dumps(value))
+
+
+def _returned(text: str) -> dict:
+    if text.startswith("!"):
+        return {"kind": "unserializable", "message": f"{text[1:]}."}
+    return {"kind": "return", "value": json.loads(text)}
+
+
+async def _run(fresh: Fresh, req: dict, link) -> tuple[dict, dict | None]:
+    """The report of one call, and its logs if they were read with its value."""
+    mr = fresh.mr
+    fresh.link = link
+    if req.get("modules"):
         sources = {}
-        for name, path in (req.get("modules") or {}).items():
+        for name, path in req["modules"].items():
             with open(path, encoding="utf-8") as f:  # under /pkgs, read-only
                 sources[name] = f.read()
-        fresh.loader(json.dumps(sources), json.dumps(req.get("listed") or []))
-        try:
-            mr.eval(req["code"])
-        except Exception as exc:
-            return {**_error(exc), "phase": "load"}
-        runner = mr.eval(RUNNER.replace("__ENTRY__", req["entry"]))
-        try:
-            value = await runner(json.dumps(req.get("input") or {}))
-        except Exception as exc:
-            if mr.was_hard_memory_limit_reached():
-                return {
-                    "kind": "exception",
-                    "type": "MemoryError",
-                    "message": "JavaScript heap limit reached",
-                }
-            return _error(exc)
-        if value.startswith("!"):
-            return {
-                "kind": "unserializable",
-                "message": f"{value[1:]}.",
-            }
-        return {"kind": "return", "value": json.loads(value)}
-
-
-async def _prepare(mr_module: object, heap: int, log_cap: int = LOG_CAP) -> Fresh | None:
-    # Made inside a coroutine: an isolate binds to the running loop (the worker's own).
+        mr.eval(f"__tk_modules({_literal(sources)})")
     try:
-        return Fresh(mr_module, heap, log_cap)
+        mr.eval(req["code"])
+    except Exception as exc:
+        return {**_error(exc), "phase": "load"}, None
+    entry = req["entry"]
+    if entry not in ENTRIES:
+        return {"kind": "exception", "type": "ReferenceError", "message": "no entrypoint"}, None
+    inputs = f"{_literal(req.get('input') or {})}, {_literal(req.get('context') or {})}"
+    try:
+        value = mr.eval(f"__tk_run_{entry}({inputs})")
+        if value is None:  # returned at once: its value and the logs in one read
+            issued, logs, text = str(mr.eval("__tk_report()")).split("\n", 2)
+            if int(issued):
+                # Microtasks issued ctx calls after the value was returned: they run before
+                # the report, as they did while the value was awaited; the logs are read again.
+                await fresh.started_all(int(issued))
+                logs = mr.eval("__tk_logs()")
+            return _returned(text), json.loads(logs)
+        text = await value  # a promise: an async entry, a ctx call in flight, or an error
+    except Exception as exc:
+        if mr.was_hard_memory_limit_reached():
+            return dict(MEMORY), None
+        return _error(exc), None
+    return _returned(str(text)), None
+
+
+async def _prepare(mr_module: object, heap: int, listed: list, log_cap: int = LOG_CAP):
+    try:
+        return await Fresh.make(mr_module, heap, listed, log_cap)
     except Exception:
         return None  # made again, and its error reported, when a call needs it
 
 
-async def _one(box: list, mr_module: object, req: dict, link, heap: int) -> tuple[dict, dict]:
+async def _renew(used: Fresh | None, mr_module: object, heap: int, listed: list):
+    """Off the call's path, while idle: the used isolate closed, the next one made."""
+    if used is not None:
+        await used.close()
+    return await _prepare(mr_module, heap, listed)
+
+
+async def _one(box: list, mr_module: object, req: dict, link, heap: int, listed: list):
     """One call in its own isolate: ``box[0]``, prepared, or one made now and put there
-    (whoever holds the box closes it once the report is sent)."""
+    (whoever holds the box closes it once the report is sent). Before the report goes
+    out, nothing the call started is left running: its ctx calls in flight and any other
+    task are cancelled (what ``asyncio.run`` did per call)."""
     try:
         log_cap = int(req.get("log_cap", LOG_CAP))
         if box[0] is None or box[0].log_cap != log_cap:
             if box[0] is not None:
-                box[0].close()
+                await box[0].close()
             box[0] = None
-            box[0] = Fresh(mr_module, heap, log_cap)
-        report = await _run(box[0], req, link)
-        logs = json.loads(box[0].mr.eval("__tk_logs()"))
+            box[0] = await Fresh.make(mr_module, heap, listed, log_cap)
+        report, logs = await _run(box[0], req, link)
+        await box[0].release()
+        if logs is None:
+            logs = json.loads(box[0].mr.eval("__tk_logs()"))
     except Exception as exc:
-        report, logs = _error(exc), {"out": [], "err": [], "dropped": 0}
+        report, logs = _error(exc), NO_LOGS
+    await _settle()
     return report, logs
 
 
-def _settle(loop: asyncio.AbstractEventLoop) -> None:
-    """What ``asyncio.run`` does on the way out: nothing a call started outlives it."""
-    pending = asyncio.all_tasks(loop)
+async def _settle() -> None:
+    me = asyncio.current_task()
+    pending = [t for t in asyncio.all_tasks() if t is not me]
     for task in pending:
         task.cancel()
     if pending:
-        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-    loop.run_until_complete(loop.shutdown_asyncgens())
+        await asyncio.gather(*pending, return_exceptions=True)
 
 
 def serve(sock: socket.socket, cfg: dict, mr_module: object, link_factory) -> None:
@@ -278,8 +366,9 @@ def serve(sock: socket.socket, cfg: dict, mr_module: object, link_factory) -> No
     attached (SCM_RIGHTS); the call's request, ctx frames and result travel on that channel,
     which is closed when the call ends, so no byte of one call can be read by the next."""
     heap = int(cfg.get("js_heap_mb", 128)) * 1024 * 1024
+    listed = list(cfg.get("js_listed") or [])
     loop = asyncio.new_event_loop()
-    fresh = loop.run_until_complete(_prepare(mr_module, heap))
+    fresh = loop.run_until_complete(_prepare(mr_module, heap, listed))
     while True:
         try:
             msg, fds, _, _ = socket.recv_fds(sock, 1, 1)
@@ -289,33 +378,22 @@ def serve(sock: socket.socket, cfg: dict, mr_module: object, link_factory) -> No
             return  # not the host's way of starting a call: stop serving
         chan = socket.socket(fileno=fds[0])
         link = link_factory(chan, int(cfg["max_reply_bytes"]))
+        box = [fresh]  # the call's isolate: used by this call alone, closed after it
         try:
-            _serve_call(chan, cfg, mr_module, link, heap, loop, fresh)
+            _answer(chan, cfg, mr_module, link, heap, listed, loop, box)
         except (OSError, protocol.FrameError):
             pass  # the host gave up on this call (and will retire us if it must)
         finally:
             chan.close()
-        # Off the call's path, while idle: the next call's isolate.
-        fresh = loop.run_until_complete(_prepare(mr_module, heap))
+        fresh = loop.run_until_complete(_renew(box[0], mr_module, heap, listed))
 
 
-def _serve_call(chan: socket.socket, cfg: dict, mr_module: object, link, heap: int, loop, fresh):
-    """One call; its isolate (prepared or made now) is closed once the report is sent."""
-    box = [fresh]
-    try:
-        _answer(chan, cfg, mr_module, link, heap, loop, box)
-    finally:
-        if box[0] is not None:
-            box[0].close()
-
-
-def _answer(chan: socket.socket, cfg: dict, mr_module: object, link, heap: int, loop, box):
+def _answer(chan: socket.socket, cfg: dict, mr_module: object, link, heap, listed, loop, box):
     req = link.reader.recv(int(cfg["max_request_bytes"]))
     if not isinstance(req, dict) or req.get("op") != protocol.RUN:
         return
     link.run = req.get("run")
-    report, logs = loop.run_until_complete(_one(box, mr_module, req, link, heap))
-    _settle(loop)
+    report, logs = loop.run_until_complete(_one(box, mr_module, req, link, heap, listed))
     marker = f"\n[truncated: {logs['dropped']} more bytes]" if logs.get("dropped") else ""
     report.update(
         op=protocol.RESULT,

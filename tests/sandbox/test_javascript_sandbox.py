@@ -1,0 +1,144 @@
+"""The JavaScript sandbox on its own: what a worker prepares ahead serves one call only, and a
+call returning at once (no promise) keeps the semantics of an awaited one."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.sandbox.links import NoCtx
+from toolkiln.domain.execution import RunOutcome, RunRequest
+from toolkiln.sandbox.js_runner import JavaScriptSandbox
+from toolkiln.sandbox.packages import JsPackageStore
+from toolkiln.sandbox.pool import WarmChild
+
+
+class OneWorker(JavaScriptSandbox):
+    """Records which worker served each call (one workspace, so its own worker serves all)."""
+
+    served: list[int]
+
+    def _take(self, req: RunRequest, timeout: float) -> WarmChild:
+        child = super()._take(req, timeout)
+        self.served.append(child.pid)
+        return child
+
+
+class Recording(NoCtx):
+    """Answers every ctx call with a fixed value and keeps what the code sent."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, object]] = []
+        self.rows: list[tuple[str, object]] = []
+
+    def call(self, name: str, payload: object) -> object:
+        self.calls.append((name, payload))
+        return {"answer": 42}
+
+    def audit(self, event: str, data: object) -> None:
+        self.rows.append((event, data))
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OneWorker]:
+    sb = OneWorker(JsPackageStore(tmp_path_factory.mktemp("js")), warm=1, name="js-one")
+    sb.served = []
+    yield sb
+    sb.close()
+
+
+def run(
+    sb: JavaScriptSandbox, code: str, link: Any = None, entry: str = "main", call: str = ""
+) -> RunOutcome:
+    context = {"toolCallId": call} if call else {}
+    req = RunRequest("javascript", code, entry, {}, 5000, context, workspace_id="ws-1")
+    return sb.run(req, link or NoCtx())
+
+
+PLANT = """function main(params, ctx) {
+  console.log('secret of the first call');
+  globalThis.planted = 1;
+  Object.prototype.polluted = 'yes';
+  Object.prototype.then = function (ok) { ok('hijacked'); };
+  Array.prototype.map = () => 'hijacked';
+  new Promise(() => {});
+  return { message: 'planted' };
+}"""
+
+LOOK = """function main(params, ctx) {
+  const seen = [typeof globalThis.planted, ({}).polluted, typeof ({}).then,
+                [1].map((x) => x + 1)[0], ctx.toolCallId];
+  return { message: JSON.stringify(seen) };
+}"""
+
+
+def test_nothing_of_a_call_reaches_the_next_on_the_same_worker(sandbox: OneWorker) -> None:
+    first = run(sandbox, PLANT, call="call-1")
+    # Object.prototype.then makes the returned object a thenable: it is awaited, as before.
+    assert first.kind == "return" and first.value == "hijacked", first
+    second = run(sandbox, LOOK, call="call-2")
+    assert second.kind == "return", second
+    assert second.value == {"message": '["undefined",null,"undefined",2,"call-2"]'}
+    assert "secret" not in second.stdout
+    assert sandbox.served[-2] == sandbox.served[-1]  # one worker, two isolates
+
+
+def test_a_ctx_call_not_awaited_by_a_sync_entry_still_runs(sandbox: OneWorker) -> None:
+    link = Recording()
+    code = (
+        "function main(params, ctx) {\n"
+        "  ctx.audit('started', { n: 1 });\n"
+        "  ctx.tools.lookup({ id: 7 });\n"
+        "  return { message: 'ok' };\n"
+        "}"
+    )
+    out = run(sandbox, code, link)
+    assert out.kind == "return" and out.value == {"message": "ok"}, out
+    assert link.rows == [("started", {"n": 1})]
+    assert link.calls == [("lookup", {"id": 7})]
+
+
+def test_a_ctx_call_a_microtask_issues_after_the_return_still_runs(sandbox: OneWorker) -> None:
+    link = Recording()
+    code = (
+        "function main(params, ctx) {\n"
+        "  Promise.resolve().then(() => ctx.audit('after', null))\n"
+        "    .then(() => console.log('audited'));\n"
+        "  return { message: 'ok' };\n"
+        "}"
+    )
+    out = run(sandbox, code, link)
+    assert out.kind == "return" and out.value == {"message": "ok"}, out
+    assert link.rows == [("after", None)]
+
+
+def test_a_value_returned_at_once_is_read_after_the_microtasks_it_queued(
+    sandbox: OneWorker,
+) -> None:
+    code = (
+        "function main() {\n"
+        "  const r = { message: 'early' };\n"
+        "  Promise.resolve().then(() => { r.message = 'late'; console.log('logged later'); });\n"
+        "  return r;\n"
+        "}"
+    )
+    out = run(sandbox, code)
+    assert out.kind == "return" and out.value == {"message": "late"}, out
+    assert out.stdout == "logged later\n"
+
+
+def test_errors_and_async_entries_on_a_prepared_isolate(sandbox: OneWorker) -> None:
+    thrown = run(sandbox, "function main() { throw new TypeError('bad input') }")
+    assert (thrown.kind, thrown.error_type, thrown.message) == (
+        "exception",
+        "TypeError",
+        "bad input",
+    )
+    missing = run(sandbox, "function handle(input, ctx) { return 1 }")
+    assert (missing.error_type, missing.message) == ("ReferenceError", "main is not defined")
+    looped = run(sandbox, "const handle = async (input) => ({ message: 'later' })", entry="handle")
+    assert looped.kind == "return" and looped.value == {"message": "later"}, looped
+    odd = run(sandbox, "function main() { return { n: 1n } }")
+    assert odd.kind == "unserializable", odd
