@@ -22,6 +22,7 @@ from toolkiln.domain.problems import scrub, text_problems
 from toolkiln.domain.records import CallRecord
 from toolkiln.domain.results import Result, error, last_error_text, refused, shape
 from toolkiln.domain.tools import AUTO_DISABLE_REASON
+from toolkiln.services.group_commit import GroupCommit
 from toolkiln.services.ports import CodeRunner, UnitOfWork, UnitOfWorkFactory
 
 log = logging.getLogger("toolkiln.runs")
@@ -73,6 +74,9 @@ class Runs:
     def __init__(self, uow: UnitOfWorkFactory, runners: dict[str, CodeRunner]) -> None:
         self._uow = uow
         self._runners = runners
+        # The one write each call ends with, committed together with the writes of calls
+        # ending at the same time (services/group_commit.py).
+        self.writes = GroupCommit(uow)
 
     def prepare(self, language: str, code: str) -> None:
         """Code was saved or is about to run: its packages start installing now. Never a
@@ -161,7 +165,8 @@ class Runs:
     def record_tool(self, origin: Origin, tool_id: str, result: Result) -> None:
         """Counters, the stored call and every row of the run, in one transaction."""
         rows = _take(origin)
-        with self._uow() as tx:
+
+        def write(tx: UnitOfWork) -> None:
             counted = None
             if result.reached_execution:
                 counted = tx.tools.count_outcome(
@@ -174,25 +179,29 @@ class Runs:
                 data = {"reason": AUTO_DISABLE_REASON, "failure_count": counted.failure_count}
                 tx.audit.add(origin.row("tool.disabled", data, tool_id=tool_id))
 
+        self.writes.run(write)
+
     def record_run(self, origin: Origin, result: Result, name: str, kind: str = "") -> None:
         """A run that is no stored tool's: ``run_code`` (no call stored, CONTRACT 4; its own
         ``builtin.called`` row) or a code-mode program (``kind="program"``: stored, with a
         ``tool.invoked`` row), after the rows of its ctx calls, in one transaction."""
         rows = _take(origin)
         data = {"name": name, **_summary(origin, result)}
-        with self._uow() as tx:
+
+        def write(tx: UnitOfWork) -> None:
             if kind:
                 self._store(tx, origin, result, kind, None)
             tx.audit.add_many(rows)
             tx.audit.add(origin.row("tool.invoked" if kind else "builtin.called", data))
+
+        self.writes.run(write)
 
     def flush(self, origin: Origin) -> None:
         """Rows of a call that made no run of its own (a built-in called at the root, a
         test run): written in one transaction."""
         rows = _take(origin)
         if rows:
-            with self._uow() as tx:
-                tx.audit.add_many(rows)
+            self.writes.run(lambda tx: tx.audit.add_many(rows))
 
     @staticmethod
     def _store(

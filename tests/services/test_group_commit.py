@@ -1,0 +1,130 @@
+"""Group commit (services/group_commit.py): writes of concurrent calls share a transaction,
+and still each is committed before its caller returns, each error is its write's alone, and
+nothing of a failed write stays. On the real database, both backends."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from tests.conftest import Space
+from toolkiln.app import Runtime
+from toolkiln.domain.errors import Conflict
+from toolkiln.domain.records import AuditFilter, AuditRow
+from toolkiln.services.group_commit import GroupCommit
+from toolkiln.services.ports import UnitOfWork
+
+
+def _rows(runtime: Runtime, workspace_id: str, event: str) -> list[AuditRow]:
+    with runtime.database.transaction(readonly=True) as tx:
+        return tx.audit.page(AuditFilter(workspace_id=workspace_id, event=event), 0, 1000)
+
+
+def _row(space: Space, event: str, n: int) -> AuditRow:
+    return AuditRow(workspace_id=space.id, event=event, data={"n": n})
+
+
+def _held(group: GroupCommit, space: Space) -> tuple[threading.Event, threading.Event, Any]:
+    """A first write that holds its batch open until released, so others queue behind it."""
+    entered, release = threading.Event(), threading.Event()
+
+    def slow(tx: UnitOfWork) -> str:
+        entered.set()
+        assert release.wait(10)
+        tx.audit.add(_row(space, "gc.first", 0))
+        return "first"
+
+    return entered, release, slow
+
+
+def _queue_behind(
+    group: GroupCommit, space: Space, writes: list[Callable[[UnitOfWork], Any]]
+) -> list[Any]:
+    entered, release, slow = _held(group, space)
+    with ThreadPoolExecutor(len(writes) + 1) as pool:
+        first = pool.submit(group.run, slow)
+        assert entered.wait(10)
+        futures = [pool.submit(group.run, w) for w in writes]
+        deadline = threading.Event()
+        while group.waiting() < len(writes) and not deadline.wait(0.01):
+            pass
+        release.set()
+        assert first.result(timeout=30) == "first"
+        out: list[Any] = []
+        for f in futures:
+            try:
+                out.append(f.result(timeout=30))
+            except Exception as exc:  # the write's own error, as its caller sees it
+                out.append(exc)
+        return out
+
+
+def test_writes_queued_behind_a_batch_are_committed_together(
+    runtime: Runtime, space: Space
+) -> None:
+    group = GroupCommit(runtime.database.transaction)
+
+    def write(n: int) -> Callable[[UnitOfWork], int]:
+        def w(tx: UnitOfWork) -> int:
+            tx.audit.add(_row(space, "gc.queued", n))
+            return n
+
+        return w
+
+    got = _queue_behind(group, space, [write(n) for n in range(12)])
+    assert got == list(range(12))  # each caller gets its own write's value
+    assert sorted(r.data["n"] for r in _rows(runtime, space.id, "gc.queued")) == list(range(12))
+    # 13 writes in fewer transactions than writes: the 12 queued ones shared a batch.
+    assert group.writes == 13 and group.batches < 13
+
+
+def test_a_failing_write_fails_alone_and_leaves_nothing(runtime: Runtime, space: Space) -> None:
+    group = GroupCommit(runtime.database.transaction)
+
+    def good(n: int) -> Callable[[UnitOfWork], int]:
+        def w(tx: UnitOfWork) -> int:
+            tx.audit.add(_row(space, "gc.good", n))
+            return n
+
+        return w
+
+    def bad(tx: UnitOfWork) -> None:
+        tx.audit.add(_row(space, "gc.bad", -1))  # written, then the write fails
+        raise Conflict("no", code="conflict")
+
+    got = _queue_behind(group, space, [good(1), bad, good(2), good(3)])
+    assert got[0] == 1 and got[2:] == [2, 3]
+    assert isinstance(got[1], Conflict)
+    assert sorted(r.data["n"] for r in _rows(runtime, space.id, "gc.good")) == [1, 2, 3]
+    assert _rows(runtime, space.id, "gc.bad") == []  # the failed write's row did not stay
+
+
+def test_a_caller_returns_only_once_its_write_is_committed(runtime: Runtime, space: Space) -> None:
+    """Right after run() returns, another connection sees the write, for every caller."""
+    group = GroupCommit(runtime.database.transaction)
+    seen: list[bool] = []
+
+    def call(n: int) -> None:
+        group.run(lambda tx: tx.audit.add(_row(space, "gc.durable", n)))
+        rows = _rows(runtime, space.id, "gc.durable")
+        seen.append(any(r.data["n"] == n for r in rows))
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(call, range(64)))
+    assert seen == [True] * 64
+
+
+def test_a_lone_write_is_a_transaction_of_its_own(runtime: Runtime) -> None:
+    group = GroupCommit(runtime.database.transaction)
+
+    def fails(tx: UnitOfWork) -> None:
+        raise Conflict("x", code="conflict")
+
+    with pytest.raises(Conflict):
+        group.run(fails)
+    assert group.run(lambda tx: 7) == 7
+    assert (group.batches, group.writes) == (2, 2)
