@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
 from fastapi import FastAPI
 
 from toolkiln import web
@@ -156,8 +157,16 @@ def build_app(runtime: Runtime, *, close_on_exit: bool = True) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         try:
-            async with mcp.lifespan():
-                yield
+            async with mcp.lifespan(), anyio.create_task_group() as tasks:
+                if runtime.database.is_sqlite:
+                    background = runtime.services.background
+                    tasks.start_soon(
+                        background.run, "storage.checkpoint", runtime.database.checkpointer
+                    )
+                try:
+                    yield
+                finally:
+                    tasks.cancel_scope.cancel()
         finally:
             if close_on_exit:
                 runtime.close()
