@@ -29,13 +29,17 @@ MAX_BATCH = 64
 
 
 class _Pending:
-    __slots__ = ("error", "finished", "value", "write")
+    __slots__ = ("error", "finished", "value", "wake", "write")
 
     def __init__(self, write: Write) -> None:
         self.write = write
         self.finished = False
         self.value: Any = None
         self.error: BaseException | None = None
+        # Released exactly once: when its batch has committed, or when it is to write the
+        # next batch (so each waiting caller is woken once, never all of them for each batch).
+        self.wake = threading.Lock()
+        self.wake.acquire()
 
     def outcome(self) -> Any:
         if self.error is not None:
@@ -47,7 +51,7 @@ class GroupCommit:
     def __init__(self, uow: UnitOfWorkFactory, max_batch: int = MAX_BATCH) -> None:
         self._uow = uow
         self._max = max_batch
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
         self._queue: list[_Pending] = []
         self._writing = False
         self.batches = 0  # transactions tried, and the writes they held: for tests
@@ -57,26 +61,35 @@ class GroupCommit:
         """``write(tx)`` in a committed transaction, maybe with other callers' writes; its
         return value, or its exception."""
         mine = _Pending(write)
-        with self._cond:
+        with self._lock:
             self._queue.append(mine)
-            while True:
-                while self._writing and not mine.finished:
-                    self._cond.wait()
-                if mine.finished:
-                    return mine.outcome()
-                self._writing = True
-                batch, self._queue = self._queue[: self._max], self._queue[self._max :]
-                self._cond.release()
+            leading = not self._writing
+            self._writing = True
+        if not leading:
+            mine.wake.acquire()  # its batch committed, or it writes the next one
+            if mine.finished:
+                return mine.outcome()
+        try:
+            while not mine.finished:
+                with self._lock:
+                    batch, self._queue = self._queue[: self._max], self._queue[self._max :]
                 try:
                     self._commit(batch)
                 finally:
-                    self._cond.acquire()
+                    for p in batch:
+                        if p is not mine:
+                            p.wake.release()
+        finally:
+            with self._lock:
+                if self._queue:
+                    self._queue[0].wake.release()  # the first still queued writes next
+                else:
                     self._writing = False
-                    self._cond.notify_all()
+        return mine.outcome()
 
     def waiting(self) -> int:
         """Writes queued behind the batch being written."""
-        with self._cond:
+        with self._lock:
             return len(self._queue)
 
     def _commit(self, batch: list[_Pending]) -> None:
