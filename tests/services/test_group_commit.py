@@ -162,3 +162,29 @@ def test_many_callers_each_get_their_own_outcome(runtime: Runtime, space: Space)
     stored = sorted(r.data["n"] for r in _rows(runtime, space.id, "gc.many"))
     assert stored == [n for n in range(640) if n % 7 != 0]
     assert group.waiting() == 0
+
+
+def test_a_batch_is_written_in_key_order(runtime: Runtime, space: Space) -> None:
+    """Rows are locked in one order (the tools' ids) by every batch, so two batches of two
+    replicas on one PostgreSQL cannot deadlock each other; each caller still gets its own."""
+    group = GroupCommit(runtime.database.transaction)
+    order: list[str] = []
+    entered, release, slow = _held(group, space)
+
+    def keyed(key: str) -> Callable[[UnitOfWork], str]:
+        def w(tx: UnitOfWork) -> str:
+            order.append(key)
+            return key
+
+        return w
+
+    with ThreadPoolExecutor(4) as pool:
+        first = pool.submit(group.run, slow)
+        assert entered.wait(10)
+        later = [pool.submit(group.run, keyed(k), k) for k in ("tool-z", "tool-a", "tool-m")]
+        while group.waiting() < 3:
+            threading.Event().wait(0.01)
+        release.set()
+        assert first.result(timeout=30) == "first"
+        assert [f.result(timeout=30) for f in later] == ["tool-z", "tool-a", "tool-m"]
+    assert order == ["tool-a", "tool-m", "tool-z"]

@@ -29,10 +29,11 @@ MAX_BATCH = 64
 
 
 class _Pending:
-    __slots__ = ("error", "finished", "value", "wake", "write")
+    __slots__ = ("error", "finished", "key", "value", "wake", "write")
 
-    def __init__(self, write: Write) -> None:
+    def __init__(self, write: Write, key: str) -> None:
         self.write = write
+        self.key = key
         self.finished = False
         self.value: Any = None
         self.error: BaseException | None = None
@@ -57,10 +58,12 @@ class GroupCommit:
         self.batches = 0  # transactions tried, and the writes they held: for tests
         self.writes = 0
 
-    def run(self, write: Write) -> Any:
+    def run(self, write: Write, key: str = "") -> Any:
         """``write(tx)`` in a committed transaction, maybe with other callers' writes; its
-        return value, or its exception."""
-        mine = _Pending(write)
+        return value, or its exception. ``key`` names the row the write locks (a tool's id):
+        a batch is written in key order, so two batches (of two replicas on one PostgreSQL)
+        lock rows in the same order and cannot deadlock each other."""
+        mine = _Pending(write, key)
         with self._lock:
             self._queue.append(mine)
             leading = not self._writing
@@ -105,7 +108,7 @@ class GroupCommit:
     def _write(self, batch: list[_Pending]) -> None:
         try:
             with self._uow() as tx:
-                values = [p.write(tx) for p in batch]
+                values = {id(p): p.write(tx) for p in sorted(batch, key=_key)}
         except ServiceUnavailable as exc:
             for p in batch:
                 p.error, p.finished = exc, True
@@ -117,8 +120,8 @@ class GroupCommit:
             for p in batch:  # each on its own: the error is the failing write's alone
                 self._alone(p)
             return
-        for p, value in zip(batch, values, strict=True):
-            p.value, p.finished = value, True
+        for p in batch:
+            p.value, p.finished = values[id(p)], True
 
     def _alone(self, p: _Pending) -> None:
         self.batches += 1
@@ -128,6 +131,10 @@ class GroupCommit:
         except Exception as exc:
             p.error = exc
         p.finished = True
+
+
+def _key(p: _Pending) -> str:
+    return p.key
 
 
 def _not_written() -> RuntimeError:

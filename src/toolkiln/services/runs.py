@@ -179,7 +179,7 @@ class Runs:
                 data = {"reason": AUTO_DISABLE_REASON, "failure_count": counted.failure_count}
                 tx.audit.add(origin.row("tool.disabled", data, tool_id=tool_id))
 
-        self.writes.run(write)
+        self.writes.run(write, key=tool_id)
 
     def record_run(self, origin: Origin, result: Result, name: str, kind: str = "") -> None:
         """A run that is no stored tool's: ``run_code`` (no call stored, CONTRACT 4; its own
