@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import re
 import socket
@@ -121,11 +122,15 @@ SETUP = """(host, listedJson, entries) => {
   for (const [name, make] of Object.entries(entries)) define(name, make(begin, settle));
   // The ctx calls issued since (by the microtasks), the logs, the value: one read.
   define('__tk_report', () => `${issued}\\n${__tk_logs()}\\n${done ? __tk_finish(kept) : 'null'}`);
-  // V8 compiles a function when it first runs: run the call's own paths once now, while
-  // the worker is idle (no tool code is here yet, so the entry is not defined; nothing of
-  // this is kept: each call begins afresh, and the report below resets what settle keeps).
-  for (const name of Object.keys(entries)) globalThis[name]('{}', '{}');
-  settle({});
+  // V8 compiles a function when it first runs: run a call's own path once now, while the
+  // worker is idle, with an entry of ours defined for it alone (no tool code is here yet).
+  // Nothing of it is kept: the entry is deleted, a call begins afresh, the report resets.
+  for (const name of Object.keys(entries)) {
+    const entry = name.slice('__tk_run_'.length);
+    globalThis[entry] = () => null;
+    globalThis[name]('{}', '{}');
+    delete globalThis[entry];
+  }
   __tk_report();
   done = false; kept = undefined;
 }"""
@@ -140,6 +145,15 @@ ENTRY = """(begin, settle) => (input, info) => {
   catch (e) { return Promise.reject(__tk_wellformed(e)); }
 }"""
 ENTRIES = ("main", "handle")
+
+
+@functools.lru_cache(maxsize=4)
+def _setup_script(log_cap: int, listed: tuple) -> str:
+    runners = ", ".join(f"__tk_run_{n}: {ENTRY.replace('__ENTRY__', n)}" for n in ENTRIES)
+    prelude = PRELUDE.replace("__TK_LOG_CAP__", str(int(log_cap)))
+    return (
+        f"{prelude}\n((setup) => (host) => setup(host, {_literal(listed)}, {{{runners}}}))({SETUP})"
+    )
 
 
 def preload(mr_module: object) -> None:
@@ -226,10 +240,11 @@ class Fresh:
         mr = fresh.mr
         try:
             mr.set_hard_memory_limit(heap_bytes)
-            mr.eval(PRELUDE.replace("__TK_LOG_CAP__", str(int(log_cap))))
+            # One script: the prelude, and SETUP bound to everything but the host callback.
+            setup = mr.eval(_setup_script(log_cap, tuple(listed)))
             host = await fresh._wrapped.enter_async_context(mr.wrap_py_function(fresh._host))
-            runners = ", ".join(f"__tk_run_{n}: {ENTRY.replace('__ENTRY__', n)}" for n in ENTRIES)
-            mr.eval(SETUP)(host, json.dumps(listed), mr.eval(f"({{{runners}}})"))
+            setup(host)
+            del setup, host  # JS handles: freed now, against their context
         except BaseException:
             await fresh.close()
             raise
