@@ -14,6 +14,7 @@ import contextlib
 import functools
 import json
 import re
+import select
 import socket
 from typing import Any
 
@@ -336,11 +337,20 @@ async def _prepare(mr_module: object, heap: int, listed: list, log_cap: int = LO
         return None  # made again, and its error reported, when a call needs it
 
 
-async def _renew(used: Fresh | None, mr_module: object, heap: int, listed: list):
-    """Off the call's path, while idle: the used isolate closed, the next one made."""
-    if used is not None:
-        await used.close()
-    return await _prepare(mr_module, heap, listed)
+def _waiting(sock: socket.socket) -> bool:
+    return bool(select.select([sock], [], [], 0)[0])
+
+
+async def _renew(spent: list, sock: socket.socket, mr_module: object, heap: int, listed: list):
+    """Off the call's path, while idle: the next call's isolate made first, then the used
+    one closed, unless the next call is already waiting: it is closed after that call
+    then. So at most two isolates are open at once, and only one serves."""
+    while len(spent) > 1:
+        await spent.pop(0).close()
+    fresh = await _prepare(mr_module, heap, listed)
+    if spent and not _waiting(sock):
+        await spent.pop().close()
+    return fresh
 
 
 async def _one(box: list, mr_module: object, req: dict, link, heap: int, listed: list):
@@ -384,6 +394,7 @@ def serve(sock: socket.socket, cfg: dict, mr_module: object, link_factory) -> No
     listed = list(cfg.get("js_listed") or [])
     loop = asyncio.new_event_loop()
     fresh = loop.run_until_complete(_prepare(mr_module, heap, listed))
+    spent: list[Fresh] = []  # used isolates, not yet closed (one at most between calls)
     while True:
         try:
             msg, fds, _, _ = socket.recv_fds(sock, 1, 1)
@@ -400,7 +411,9 @@ def serve(sock: socket.socket, cfg: dict, mr_module: object, link_factory) -> No
             pass  # the host gave up on this call (and will retire us if it must)
         finally:
             chan.close()
-        fresh = loop.run_until_complete(_renew(box[0], mr_module, heap, listed))
+        if box[0] is not None:
+            spent.append(box[0])
+        fresh = loop.run_until_complete(_renew(spent, sock, mr_module, heap, listed))
 
 
 def _answer(chan: socket.socket, cfg: dict, mr_module: object, link, heap, listed, loop, box):
