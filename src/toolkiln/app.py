@@ -24,7 +24,7 @@ from toolkiln.sandbox.runner import Limits, PythonSandbox
 from toolkiln.services.access import AccessService
 from toolkiln.services.agents import AgentService
 from toolkiln.services.audit import AuditService
-from toolkiln.services.background import Supervisor
+from toolkiln.services.background import Loop, Supervisor
 from toolkiln.services.container import Services
 from toolkiln.services.dispatch import Builtins
 from toolkiln.services.files import FileService
@@ -49,6 +49,11 @@ class Runtime:
     database: Database
     services: Services
     sandboxes: dict[str, Any] = field(default_factory=dict)
+
+    def loops(self) -> dict[str, Loop]:
+        """The background loops a long-running process of this runtime keeps (``serve``,
+        ``mcp``), besides the MCP watcher: on SQLite, the WAL checkpoint."""
+        return {"storage.checkpoint": self.database.checkpointer} if self.database.is_sqlite else {}
 
     def close(self) -> None:
         for sandbox in self.sandboxes.values():
@@ -158,11 +163,8 @@ def build_app(runtime: Runtime, *, close_on_exit: bool = True) -> FastAPI:
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         try:
             async with mcp.lifespan(), anyio.create_task_group() as tasks:
-                if runtime.database.is_sqlite:
-                    background = runtime.services.background
-                    tasks.start_soon(
-                        background.run, "storage.checkpoint", runtime.database.checkpointer
-                    )
+                for name, loop in runtime.loops().items():
+                    tasks.start_soon(runtime.services.background.run, name, loop)
                 try:
                     yield
                 finally:

@@ -116,6 +116,28 @@ def test_a_run_the_link_does_not_admit_never_starts(sandbox: PythonSandbox) -> N
     assert run(sandbox, "def handle(i, c):\n    return 7\n").value == 7
 
 
+class Unreachable(NoCtx):
+    """A link whose status read fails (the database is down while the call waited)."""
+
+    def admit(self) -> bool:
+        raise ConnectionError("the database is unreachable")
+
+
+def test_a_link_that_fails_to_admit_gives_its_process_back(sandbox: PythonSandbox) -> None:
+    """The taken process is released (and replaced) whatever admit raises: calls during a
+    database outage must not drain the pool (warm=2 here: five such calls would)."""
+    code = "def handle(i, c):\n    raise SystemExit('must not run')\n"
+    for _ in range(5):
+        with pytest.raises(ConnectionError):
+            sandbox.run(RunRequest("python", code, "handle", {}, 5000), Unreachable())
+    for _ in range(3):
+        assert run(sandbox, "def handle(i, c):\n    return 7\n", timeout_ms=3000).value == 7
+    deadline = time.monotonic() + 10
+    while sandbox.template.health()["warm"] < 2:
+        assert time.monotonic() < deadline, sandbox.template.health()
+        time.sleep(0.05)
+
+
 def _nice_of(stat: str) -> int:
     return int(stat.rsplit(")", 1)[1].split()[16])  # field 19 of /proc/<pid>/stat
 

@@ -5,6 +5,7 @@ nothing of a failed write stays. On the real database, both backends."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -13,10 +14,16 @@ import pytest
 
 from tests.conftest import Space
 from toolkiln.app import Runtime
-from toolkiln.domain.errors import Conflict
+from toolkiln.domain.errors import Conflict, ServiceUnavailable
+from toolkiln.domain.execution import RunOutcome
+from toolkiln.domain.ids import new_id
+from toolkiln.domain.origin import Budget, Caller, Origin
 from toolkiln.domain.records import AuditFilter, AuditRow
+from toolkiln.domain.tools import ToolDraft
 from toolkiln.services.group_commit import GroupCommit
 from toolkiln.services.ports import UnitOfWork
+from toolkiln.services.runs import Code, Runs
+from toolkiln.storage.database import Database
 
 
 def _rows(runtime: Runtime, workspace_id: str, event: str) -> list[AuditRow]:
@@ -41,6 +48,13 @@ def _held(group: GroupCommit, space: Space) -> tuple[threading.Event, threading.
     return entered, release, slow
 
 
+def _until(condition: Callable[[], bool], what: str, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.005)
+
+
 def _queue_behind(
     group: GroupCommit, space: Space, writes: list[Callable[[UnitOfWork], Any]]
 ) -> list[Any]:
@@ -49,9 +63,7 @@ def _queue_behind(
         first = pool.submit(group.run, slow)
         assert entered.wait(10)
         futures = [pool.submit(group.run, w) for w in writes]
-        deadline = threading.Event()
-        while group.waiting() < len(writes) and not deadline.wait(0.01):
-            pass
+        _until(lambda: group.waiting() == len(writes), "the writes queue")
         release.set()
         assert first.result(timeout=30) == "first"
         out: list[Any] = []
@@ -182,9 +194,61 @@ def test_a_batch_is_written_in_key_order(runtime: Runtime, space: Space) -> None
         first = pool.submit(group.run, slow)
         assert entered.wait(10)
         later = [pool.submit(group.run, keyed(k), k) for k in ("tool-z", "tool-a", "tool-m")]
-        while group.waiting() < 3:
-            threading.Event().wait(0.01)
+        _until(lambda: group.waiting() == 3, "the writes queue")
         release.set()
         assert first.result(timeout=30) == "first"
         assert [f.result(timeout=30) for f in later] == ["tool-z", "tool-a", "tool-m"]
     assert order == ["tool-a", "tool-m", "tool-z"]
+
+
+def test_failures_recorded_in_one_batch_disable_the_tool_once(
+    runtime: Runtime, space: Space
+) -> None:
+    """Four failed runs of one tool recorded in one batch: the counts move in order inside
+    the transaction, the third disables the tool, exactly one tool.disabled row is written,
+    and the fourth adds usage only (CONTRACT 4)."""
+    who = runtime.services.access.authenticate(space.tokens["invoke,read,write"])
+    draft = ToolDraft(name="batched", language="python", code="def main(**p):\n    return {}\n")
+    tool = runtime.services.tools.create(who, space.id, draft)
+    runs = Runs(runtime.database.transaction, {})
+    code = Code("python", tool.code, "main", 5000)
+
+    def failed() -> Callable[[], None]:
+        origin = Origin.root(Caller(who, space.id), new_id(), Budget.lasting(5000))
+        run = origin.entering(tool.id)
+        outcome = RunOutcome("exception", error_type="ValueError", message="no")
+        result = Runs.shape(run, code, tool.version, outcome)
+        return lambda: runs.record_tool(run, tool.id, result)
+
+    entered, release, slow = _held(runs.writes, space)
+    with ThreadPoolExecutor(5) as pool:
+        first = pool.submit(runs.writes.run, slow)
+        assert entered.wait(10)
+        records = [pool.submit(f) for f in [failed() for _ in range(4)]]
+        _until(lambda: runs.writes.waiting() == 4, "the records queue")
+        release.set()
+        first.result(timeout=30)
+        for f in records:
+            f.result(timeout=30)
+    assert runs.writes.batches == 2  # the held write, then the four records together
+    after = runtime.services.tools.get(who, tool.id)
+    assert (after.status, after.failure_count, after.usage_count) == ("disabled", 3, 4)
+    page = runtime.services.audit.page(
+        who, AuditFilter(tool_id=tool.id, event="tool.disabled"), None, 10
+    )
+    assert len(page.items) == 1
+
+
+def test_an_outage_fails_every_write_at_once() -> None:
+    """A database that refuses connections: every caller gets ``unavailable`` at once (no
+    retry write by write past the first), and the next writes are tried afresh."""
+    down = Database("postgresql+psycopg://root@127.0.0.1:1/nothing-listens-here")
+    group = GroupCommit(down.transaction)
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            futures = [pool.submit(group.run, lambda tx: None) for _ in range(16)]
+            errors = [f.exception(timeout=60) for f in futures]
+        assert all(isinstance(e, ServiceUnavailable) for e in errors), errors
+        assert group.batches <= group.writes + 1 and group.waiting() == 0
+    finally:
+        down.dispose()

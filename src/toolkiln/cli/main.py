@@ -157,7 +157,7 @@ def _run_full(args: argparse.Namespace, runtime: Runtime) -> None:
     elif args.command == "mcp":
         from toolkiln.mcp_server.stdio import serve_stdio
 
-        serve_stdio(runtime.services, args.agent, args.mode)
+        serve_stdio(runtime.services, args.agent, args.mode, runtime.loops())
     elif args.command == "generate":
         generate.run(runtime.services, args)
 

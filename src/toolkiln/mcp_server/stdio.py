@@ -14,10 +14,14 @@ from mcp.server.stdio import stdio_server
 
 from toolkiln.domain.auth import Principal
 from toolkiln.mcp_server.server import Endpoint, Listeners, make_server, tool_list_watcher
+from toolkiln.services.background import Loop
 from toolkiln.services.container import Services
 
 
-def serve_stdio(services: Services, agent_id: str, mode: str = "direct") -> None:
+def serve_stdio(
+    services: Services, agent_id: str, mode: str = "direct", loops: dict[str, Loop] | None = None
+) -> None:
+    """``loops``: the runtime's other background loops (``Runtime.loops``), run alongside."""
     admin = Principal("local-cli", "", frozenset({"admin"}))
     agent = services.agents.get(admin, agent_id)
     principal = Principal("local-cli", agent.workspace_id, frozenset({"read", "invoke"}))
@@ -32,6 +36,8 @@ def serve_stdio(services: Services, agent_id: str, mode: str = "direct") -> None
         async with stdio_server() as (read, write), anyio.create_task_group() as tasks:
             watcher = tool_list_watcher(services, listeners)
             tasks.start_soon(services.background.run, "mcp.tool_lists", watcher)
+            for name, loop in (loops or {}).items():
+                tasks.start_soon(services.background.run, name, loop)
             await server.run(read, write, server.create_initialization_options())
             tasks.cancel_scope.cancel()
 

@@ -265,14 +265,18 @@ class PythonSandbox:
             child = self._take(req, max(1.0, req.timeout_ms / 1000))
         except SandboxUnavailable as exc:
             return RunOutcome("infra", message=str(exc))
-        if not link.admit():
-            self._release(child, RunOutcome("not_admitted"), clean=True)
-            return RunOutcome("not_admitted")
         try:
-            member = enter(req, child, self.cgroups)
+            admitted = link.admit()  # may read the database: an outage raises here
+            member = enter(req, child, self.cgroups) if admitted else None
         except JoinFailed:
             self._release(child, None, clean=False)
             return RunOutcome("infra", message="The nested run could not share its call's limits.")
+        except BaseException:
+            self._release(child, None, clean=False)  # never leave a taken child unreleased
+            raise
+        if member is None:
+            self._release(child, RunOutcome("not_admitted"), clean=True)
+            return RunOutcome("not_admitted")
         run = secrets.token_hex(8)  # every frame of this run must carry it
         session = Session(self.limits.caps, run, link, member.group.audit)
         outcome: RunOutcome | None = None
@@ -330,7 +334,9 @@ class PythonSandbox:
         """A Python child serves one call: it is killed whatever happened, and another is
         asked for."""
         child.close()
-        self.template.replace()
+        self.template.replace(
+            child
+        )  # none for a dead template's child: its successor makes its own
         if outcome is not None and outcome.kind not in {"crash", "violation", "memory"}:
             self.template.forget_exit(child)
 

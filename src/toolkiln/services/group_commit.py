@@ -5,7 +5,8 @@ concurrency those writes queue for the database's writer anyway (SQLite has one;
 PostgreSQL each commit waits for its WAL flush), so the caller that finds no batch being
 written writes every write queued so far in one transaction, and wakes their callers when it
 has committed. No caller returns before the transaction holding its write has committed: a
-call is never acknowledged before its record is durable. Alone, a write is a transaction of
+call is never acknowledged before its record is committed (how durable a commit is, is the
+database's: docs/configuration.md). Alone, a write is a transaction of
 its own, as before.
 
 A write that fails must not take the others with it: when a batch fails (a conflict, a bug in
@@ -69,25 +70,20 @@ class GroupCommit:
             leading = not self._writing
             self._writing = True
         if not leading:
-            mine.wake.acquire()  # its batch committed, or it writes the next one
+            try:
+                mine.wake.acquire()  # its write committed (or failed), or it writes next
+            except BaseException:  # interrupted while waiting: never strand the others
+                self._abandon(mine)
+                raise
             if mine.finished:
                 return mine.outcome()
         try:
             while not mine.finished:
                 with self._lock:
                     batch, self._queue = self._queue[: self._max], self._queue[self._max :]
-                try:
-                    self._commit(batch)
-                finally:
-                    for p in batch:
-                        if p is not mine:
-                            p.wake.release()
+                self._commit(batch, mine)
         finally:
-            with self._lock:
-                if self._queue:
-                    self._queue[0].wake.release()  # the first still queued writes next
-                else:
-                    self._writing = False
+            self._hand_over()
         return mine.outcome()
 
     def waiting(self) -> int:
@@ -95,42 +91,84 @@ class GroupCommit:
         with self._lock:
             return len(self._queue)
 
-    def _commit(self, batch: list[_Pending]) -> None:
+    def _hand_over(self) -> None:
+        """The writer is done: the first write still queued writes next, if any."""
+        with self._lock:
+            if self._queue:
+                self._queue[0].wake.release()
+            else:
+                self._writing = False
+
+    def _abandon(self, mine: _Pending) -> None:
+        with self._lock:
+            if mine.finished:
+                return
+            handed = mine.wake.acquire(blocking=False)  # it was to write the next batch
+            if mine in self._queue:
+                self._queue.remove(mine)
+        if handed:
+            self._hand_over()
+
+    def _commit(self, batch: list[_Pending], mine: _Pending) -> None:
+        """Write ``batch``; every write in it ends finished and its caller woken, once."""
         self.batches += 1
         self.writes += len(batch)
         try:
-            self._write(batch)
+            self._write(batch, mine)
         finally:
             for p in batch:
                 if not p.finished:  # only a BaseException (a thread torn down) leaves one
-                    p.error, p.finished = _not_written(), True
+                    p.error = _not_written()
+                    self._done(p, mine)
 
-    def _write(self, batch: list[_Pending]) -> None:
+    def _write(self, batch: list[_Pending], mine: _Pending) -> None:
         try:
             with self._uow() as tx:
                 values = {id(p): p.write(tx) for p in sorted(batch, key=_key)}
         except ServiceUnavailable as exc:
+            # An outage fails every write at once (each retry would wait out its own connect
+            # timeout); but PostgreSQL reports a deadlock or a serialization failure the same
+            # way, so the first write is tried alone: if it meets the outage too, so do all.
+            if len(batch) > 1:
+                self._alone(batch[0], mine)
+                if not isinstance(batch[0].error, ServiceUnavailable):
+                    for p in batch[1:]:
+                        self._alone(p, mine)
+                    return
             for p in batch:
-                p.error, p.finished = exc, True
+                if not p.finished:
+                    p.error = exc
+                    self._done(p, mine)
             return
         except Exception as exc:
             if len(batch) == 1:
-                batch[0].error, batch[0].finished = exc, True
+                batch[0].error = exc
+                self._done(batch[0], mine)
                 return
             for p in batch:  # each on its own: the error is the failing write's alone
-                self._alone(p)
+                self._alone(p, mine)
             return
         for p in batch:
-            p.value, p.finished = values[id(p)], True
+            p.value = values[id(p)]
+            self._done(p, mine)
 
-    def _alone(self, p: _Pending) -> None:
+    def _done(self, p: _Pending, mine: _Pending) -> None:
+        # Under the lock, as every release is: a caller that gives up waiting (_abandon)
+        # then tells a finished write from one handed the writer role.
+        with self._lock:
+            p.finished = True
+            if p is not mine:
+                p.wake.release()
+
+    def _alone(self, p: _Pending, mine: _Pending) -> None:
+        """One write in a transaction of its own; its caller woken as soon as it is done."""
         self.batches += 1
         try:
             with self._uow() as tx:
                 p.value = p.write(tx)
         except Exception as exc:
             p.error = exc
-        p.finished = True
+        self._done(p, mine)
 
 
 def _key(p: _Pending) -> str:

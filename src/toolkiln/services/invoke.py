@@ -4,6 +4,7 @@ router; what happens then is the router's alone."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,6 +74,7 @@ class InvokeService:
     ) -> Result:
         """Invoke a stored tool. Given the request's ``Bearer``, the token is checked in the
         call's one read (the token, the tool, the call id, the agent)."""
+        read_at = time.monotonic()  # the status read below is this old when the run starts
         with self._uow(readonly=True) as tx:
             principal = (
                 credential
@@ -91,7 +93,7 @@ class InvokeService:
         name = agent.name if agent and agent.workspace_id == tool.workspace_id else None
         caller = self.caller(principal, tool.workspace_id, who, agent_name=name)
         origin = Origin.root(caller, call_id, Budget.lasting(tool.timeout_ms))
-        return self._router.run_tool(origin, tool, payload)
+        return self._router.run_tool(origin, tool, payload, read_at=read_at)
 
     def test(
         self, principal: Principal, workspace_id: str, draft: ToolDraft, payload: Any

@@ -86,11 +86,11 @@ class Router:
         kind, result = self._route(origin, name, payload, nested=True)
         return to_ctx(kind, result)
 
-    def run_tool(self, origin: Origin, tool: Tool, payload: Any) -> Result:
+    def run_tool(self, origin: Origin, tool: Tool, payload: Any, *, read_at: float) -> Result:
         """Invoke a tool the caller may reach (possibly at a pinned version: the counters
         are the tool's, code and schema the version's), as the call ``origin`` names.
-        ``tool`` was read just before: its status is the one checked below."""
-        read_at = time.monotonic()
+        ``read_at`` is when the read of ``tool`` began (``time.monotonic()``): its status is
+        the one checked below."""
         if origin.parent_call_id is None:
             origin.budget.narrow(tool.timeout_ms)
         run = origin.entering(tool.id)
@@ -148,6 +148,7 @@ class Router:
             if name == RUN_CODE_SPEC.name:
                 return self._snippet(origin, payload, nested)
             return "builtin", self._builtins.call(origin, policy, name, payload)
+        read_at = time.monotonic()
         tool = self._custom(origin, name, offer)
         if tool is None:
             return "refused", self._not_offered(origin, name, offer, None)
@@ -156,8 +157,8 @@ class Router:
             err = error("recursion", "A tool may not reach itself.", {"chain": chain})
             return "refused", refused(origin.call_id, tool.id, tool.version, err)
         if not nested:
-            return "custom", self.run_tool(origin, tool, payload)
-        result = self.run_tool(origin.nested(new_id()), tool, payload)
+            return "custom", self.run_tool(origin, tool, payload, read_at=read_at)
+        result = self.run_tool(origin.nested(new_id()), tool, payload, read_at=read_at)
         data = {
             "name": tool.name,
             "tool_id": tool.id,
@@ -272,7 +273,7 @@ class Router:
     def _active(self, tool_id: str, read_at: float) -> bool:
         """The status when the run starts, not when the request arrived (CONTRACT 4): the
         status read with the tool stands when a sandbox process was ready within
-        ``ADMIT_FRESH_S`` of that read (a warm process: no queue to be disabled behind);
+        ``ADMIT_FRESH_S`` of when that read began (a warm process: no queue to be disabled behind);
         a call that waited longer reads it again."""
         if time.monotonic() - read_at <= ADMIT_FRESH_S:
             return True

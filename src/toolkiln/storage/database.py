@@ -30,9 +30,9 @@ UNREACHABLE = "The database is unreachable; try again shortly."
 # SQLite: the WAL is copied back into the database by a background loop (``checkpoint``,
 # every CHECKPOINT_EVERY_S), not by whichever commit crosses SQLite's default 1000 pages: that
 # commit then did the copy and two fsyncs on a call's path (a 1-in-100 p99 spike). A commit
-# still checkpoints itself past this many pages (~40 MB), when no loop runs (the CLI, another
-# process on the same file) or it falls behind.
-WAL_BACKSTOP_PAGES = 10000
+# still checkpoints itself past this many pages (~16 MB), when no loop runs (a short CLI
+# command, another process on the same file) or it falls behind.
+WAL_BACKSTOP_PAGES = 4000
 CHECKPOINT_EVERY_S = 0.25
 SQLITE_OUTAGES = (
     "unable to open",
@@ -143,8 +143,9 @@ class Database:
 
     async def checkpointer(self, healthy: Callable[[], None]) -> None:
         """A background loop (``services.background``): checkpoint every CHECKPOINT_EVERY_S."""
+        own = anyio.CapacityLimiter(1)  # not queued behind requests for the shared threads
         while True:
-            await anyio.to_thread.run_sync(self.checkpoint)
+            await anyio.to_thread.run_sync(self.checkpoint, limiter=own)
             healthy()
             await anyio.sleep(CHECKPOINT_EVERY_S)
 
