@@ -15,7 +15,9 @@ Rules (from how other sandboxes broke, see docs/security.md):
 - argument checks compare the low 32 bits only where the kernel itself truncates to 32 bits
   (ioctl request, int options), and also require the high 32 bits to be zero elsewhere.
 The filter is built once in the template and installed in each child before any tool byte
-arrives.
+arrives. A Python child gets it in two parts (``split_filter``): most of it installed once by
+the template and inherited, a short part installed by the child, so that the kernel does not
+compile the whole program again for every child.
 """
 
 from __future__ import annotations
@@ -167,8 +169,80 @@ def _one_of_loaded(values: list[int], ok: int, bad: int) -> list[tuple[int, int,
     return body
 
 
-def build_filter() -> bytes:
+def _rules() -> dict[int, list[tuple[int, int, int, int]]]:
+    """The allowlist as one body per syscall number, each ending in a return (a number not
+    here is killed). Every number has one rule, so their order in a program is free."""
     eperm = RET_ERRNO | errno.EPERM
+    rules = {nr: [_ret(RET_ALLOW)] for nr in ALLOW.values()}
+    rules.update({nr: [_ret(eperm)] for nr in REFUSE.values()})
+    rules[SYS["clone3"]] = [_ret(RET_ERRNO | errno.ENOSYS)]
+    rules[SYS["clone"]] = [
+        _load(_arg_lo(0)),
+        _stmt(JSET_K, CLONE_THREAD, 1, 0),
+        _ret(RET_KILL_PROCESS),
+        *_only_if_zero(_arg_hi(0), RET_ALLOW, RET_KILL_PROCESS),
+    ]
+    # mmap(addr, len, prot, flags, fd, off): executable only when not writable (W^X, for any
+    # mapping: a private writable+executable mapping of a library is native code of one's
+    # own), and never for anonymous memory; executable pages can only hold a file's content,
+    # and every file tool code can write sits on a noexec mount.
+    rules[SYS["mmap"]] = [
+        _load(_arg_lo(2)),
+        _stmt(JSET_K, PROT_EXEC, 0, 5),
+        _stmt(JSET_K, PROT_WRITE, 3, 0),
+        _load(_arg_lo(3)),
+        _stmt(JSET_K, MAP_ANONYMOUS, 1, 0),
+        _ret(RET_ALLOW),
+        _ret(eperm),
+        _ret(RET_ALLOW),
+    ]
+    # mprotect never adds PROT_EXEC: pages written since they were mapped cannot turn
+    # executable.
+    rules[SYS["mprotect"]] = [
+        _load(_arg_lo(2)),
+        _stmt(JSET_K, PROT_EXEC, 0, 1),
+        _ret(eperm),
+        _ret(RET_ALLOW),
+    ]
+    # kill(pid, sig), tkill(tid, sig), tgkill(tgid, tid, sig): not with the outside signals.
+    for name, arg in (("kill", 1), ("tkill", 1), ("tgkill", 2)):
+        rules[SYS[name]] = _one_of(_arg_lo(arg), OUTSIDE_SIGNALS, eperm, RET_ALLOW)
+    rules[SYS["fcntl"]] = _one_of(_arg_lo(1), [F_SETSIG], eperm, RET_ALLOW)
+    rules[SYS["futex"]] = [
+        _load(_arg_lo(1)),
+        _stmt(ALU_AND_K, FUTEX_CMD_MASK),
+        *_one_of_loaded(FUTEX_CMDS, RET_ALLOW, RET_ERRNO | errno.ENOSYS),
+    ]
+    rules[SYS["pkey_mprotect"]] = [_ret(eperm)]
+    rules[SYS["ioctl"]] = _one_of(
+        _arg_lo(1), [TCGETS, FIONREAD, FIONBIO, FIOCLEX, FIONCLEX], RET_ALLOW, eperm
+    )
+    rules[SYS["prctl"]] = _one_of(
+        _arg_lo(0), [PR_SET_NAME, PR_GET_NAME, PR_GET_DUMPABLE], RET_ALLOW, eperm
+    )
+    # prlimit64 only on the calling process (pid 0): glibc's getrlimit/setrlimit use it. And
+    # RLIMIT_CPU may be read, never set: the host sets it (see OUTSIDE_SIGNALS).
+    rules[SYS["prlimit64"]] = [
+        _load(_arg_lo(0)),
+        _stmt(JEQ_K, 0, 1, 0),
+        _ret(eperm),
+        _load(_arg_lo(1)),
+        _stmt(JEQ_K, RLIMIT_CPU, 1, 0),
+        _ret(RET_ALLOW),
+        _load(_arg_lo(2)),
+        _stmt(JEQ_K, 0, 1, 0),
+        _ret(eperm),
+        *_only_if_zero(_arg_hi(2), RET_ALLOW, eperm),
+    ]
+    rules[SYS["setrlimit"]] = _one_of(_arg_lo(0), [RLIMIT_CPU], eperm, RET_ALLOW)
+    # socketpair(AF_UNIX, ...) only: asyncio's self-pipe. No call can create any other socket.
+    rules[SYS["socketpair"]] = _one_of(_arg_lo(0), [AF_UNIX], RET_ALLOW, RET_KILL_PROCESS)
+    return rules
+
+
+def _program(rules: dict[int, list[tuple[int, int, int, int]]], default: int) -> bytes:
+    """The architecture and x32 checks, then ``if nr == X: rule`` for each rule, then
+    ``default``."""
     prog: list[tuple[int, int, int, int]] = [
         _load(OFF_ARCH),
         _stmt(JEQ_K, AUDIT_ARCH_X86_64, 1, 0),
@@ -177,89 +251,46 @@ def build_filter() -> bytes:
         _stmt(JGE_K, X32_SYSCALL_BIT, 0, 1),
         _ret(RET_KILL_PROCESS),
     ]
-    for nr in sorted(ALLOW.values()):
-        prog += _guarded(nr, [_ret(RET_ALLOW)])
-    for nr in sorted(v for v in REFUSE.values() if v >= 0):
-        prog += _guarded(nr, [_ret(eperm)])
-    # Each special case re-loads what it inspects and ends in a return.
-    prog += _guarded(SYS["clone3"], [_ret(RET_ERRNO | errno.ENOSYS)])
-    prog += _guarded(
-        SYS["clone"],
-        [
-            _load(_arg_lo(0)),
-            _stmt(JSET_K, CLONE_THREAD, 1, 0),
-            _ret(RET_KILL_PROCESS),
-            *_only_if_zero(_arg_hi(0), RET_ALLOW, RET_KILL_PROCESS),
-        ],
-    )
-    # mmap(addr, len, prot, flags, fd, off): executable only when not writable (W^X, for any
-    # mapping: a private writable+executable mapping of a library is native code of one's
-    # own), and never for anonymous memory; executable pages can only hold a file's content,
-    # and every file tool code can write sits on a noexec mount.
-    prog += _guarded(
-        SYS["mmap"],
-        [
-            _load(_arg_lo(2)),
-            _stmt(JSET_K, PROT_EXEC, 0, 5),
-            _stmt(JSET_K, PROT_WRITE, 3, 0),
-            _load(_arg_lo(3)),
-            _stmt(JSET_K, MAP_ANONYMOUS, 1, 0),
-            _ret(RET_ALLOW),
-            _ret(eperm),
-            _ret(RET_ALLOW),
-        ],
-    )
-    # mprotect never adds PROT_EXEC: pages written since they were mapped cannot turn
-    # executable.
-    prog += _guarded(
-        SYS["mprotect"],
-        [_load(_arg_lo(2)), _stmt(JSET_K, PROT_EXEC, 0, 1), _ret(eperm), _ret(RET_ALLOW)],
-    )
-    # kill(pid, sig), tkill(tid, sig), tgkill(tgid, tid, sig): not with the outside signals.
-    for name, arg in (("kill", 1), ("tkill", 1), ("tgkill", 2)):
-        prog += _guarded(SYS[name], _one_of(_arg_lo(arg), OUTSIDE_SIGNALS, eperm, RET_ALLOW))
-    prog += _guarded(SYS["fcntl"], _one_of(_arg_lo(1), [F_SETSIG], eperm, RET_ALLOW))
-    prog += _guarded(
-        SYS["futex"],
-        [
-            _load(_arg_lo(1)),
-            _stmt(ALU_AND_K, FUTEX_CMD_MASK),
-            *_one_of_loaded(FUTEX_CMDS, RET_ALLOW, RET_ERRNO | errno.ENOSYS),
-        ],
-    )
-    prog += _guarded(SYS["pkey_mprotect"], [_ret(eperm)])
-    prog += _guarded(
-        SYS["ioctl"],
-        _one_of(_arg_lo(1), [TCGETS, FIONREAD, FIONBIO, FIOCLEX, FIONCLEX], RET_ALLOW, eperm),
-    )
-    prog += _guarded(
-        SYS["prctl"],
-        _one_of(_arg_lo(0), [PR_SET_NAME, PR_GET_NAME, PR_GET_DUMPABLE], RET_ALLOW, eperm),
-    )
-    # prlimit64 only on the calling process (pid 0): glibc's getrlimit/setrlimit use it. And
-    # RLIMIT_CPU may be read, never set: the host sets it (see OUTSIDE_SIGNALS).
-    prog += _guarded(
-        SYS["prlimit64"],
-        [
-            _load(_arg_lo(0)),
-            _stmt(JEQ_K, 0, 1, 0),
-            _ret(eperm),
-            _load(_arg_lo(1)),
-            _stmt(JEQ_K, RLIMIT_CPU, 1, 0),
-            _ret(RET_ALLOW),
-            _load(_arg_lo(2)),
-            _stmt(JEQ_K, 0, 1, 0),
-            _ret(eperm),
-            *_only_if_zero(_arg_hi(2), RET_ALLOW, eperm),
-        ],
-    )
-    prog += _guarded(SYS["setrlimit"], _one_of(_arg_lo(0), [RLIMIT_CPU], eperm, RET_ALLOW))
-    # socketpair(AF_UNIX, ...) only: asyncio's self-pipe. No call can create any other socket.
-    prog += _guarded(SYS["socketpair"], _one_of(_arg_lo(0), [AF_UNIX], RET_ALLOW, RET_KILL_PROCESS))
-    prog.append(_ret(RET_KILL_PROCESS))
+    # Every rule ends in a return, so the number stays in the accumulator past each one.
+    for nr in sorted(rules):
+        prog += _guarded(nr, rules[nr])
+    prog.append(_ret(default))
     if len(prog) > 4096:
         raise RuntimeError("seccomp program too long")
     return b"".join(struct.pack("=HBBI", *ins) for ins in prog)
+
+
+def build_filter() -> bytes:
+    """The whole allowlist in one program: what a JavaScript worker installs."""
+    return _program(_rules(), RET_KILL_PROCESS)
+
+
+# What the Python template and a child before its own filter need beyond the allowlist:
+# forking, the child's uid, gid and groups, its rlimits (RLIMIT_CPU included), its prctl
+# settings (no_new_privs, the filter itself), the scratch directory's owner, the nice value
+# of a warm child, and a pidfd of each child for the host.
+TEMPLATE_ONLY = {"setgroups": 116, "setresuid": 117, "setresgid": 119, "pidfd_open": 434}
+TEMPLATE_EXTRA = (
+    *(SYS[name] for name in ("clone", "prlimit64", "setrlimit", "prctl")),
+    *(REFUSE[name] for name in ("chown", "fchown", "lchown", "fchownat", "setpriority")),
+    *TEMPLATE_ONLY.values(),
+)
+
+
+def split_filter() -> tuple[bytes, bytes]:
+    """The allowlist in two parts: one the Python template installs once, inherited by every
+    child without being compiled again, and a short one each child adds (docs/security.md).
+
+    The kernel runs every filter of a process and obeys the most severe answer (kill before
+    errno before allow). The template's part is the whole allowlist with the rules of
+    TEMPLATE_EXTRA replaced by "allow"; the child's part holds exactly those rules and allows
+    everything else. So for every call a child makes, one part answers "allow" and the other
+    what the whole allowlist answers: together they answer what the whole one does (checked
+    call by call in tests/security/test_seccomp_split.py)."""
+    rules = _rules()
+    template = {**rules, **{nr: [_ret(RET_ALLOW)] for nr in TEMPLATE_EXTRA}}
+    child = {nr: rules.get(nr, [_ret(RET_KILL_PROCESS)]) for nr in TEMPLATE_EXTRA}
+    return _program(template, RET_KILL_PROCESS), _program(child, RET_ALLOW)
 
 
 class _SockFprog(ctypes.Structure):
@@ -272,14 +303,14 @@ SECCOMP_MODE_FILTER = 2
 
 
 class Installer:
-    """Holds the compiled program so each child installs it with one prctl."""
+    """Holds a compiled program so that a process installs it with one prctl."""
 
-    def __init__(self) -> None:
+    def __init__(self, raw: bytes | None = None) -> None:
         if platform.machine() != "x86_64":
             raise RuntimeError(
                 f"the seccomp allowlist is written for x86_64, not {platform.machine()}"
             )
-        self._raw = build_filter()
+        self._raw = build_filter() if raw is None else raw
         self._buf = ctypes.create_string_buffer(self._raw, len(self._raw))
         self._prog = _SockFprog(len(self._raw) // 8, ctypes.addressof(self._buf))
         self._libc = ctypes.CDLL(None, use_errno=True)
