@@ -186,3 +186,34 @@ def test_the_host_refuses_frames_that_are_not_json() -> None:
         with pytest.raises(protocol.FrameError):
             protocol.decode(body)
     assert protocol.decode(b'{"value": 1.5}')[0] == {"value": 1.5}
+
+
+def test_each_call_draws_its_own_random_numbers(sandbox: PythonSandbox) -> None:
+    """Children are forked without CPython's after-fork hooks (jail/linux.py fork): random's
+    reseed is done by hand, or every call would start from the template's state."""
+    code = "import random\ndef handle(i, c):\n    return [random.random() for _ in range(3)]"
+    drawn = [run(sandbox, code) for _ in range(4)]
+    assert all(out.kind == "return" for out in drawn), [out.message for out in drawn]
+    assert len({tuple(out.value) for out in drawn}) == 4
+
+
+def test_a_tool_can_use_threads_after_the_fork(sandbox: PythonSandbox) -> None:
+    code = (
+        "import threading\n"
+        "def handle(i, c):\n"
+        "    seen = []\n"
+        "    lock = threading.Lock()\n"
+        "    def work(n):\n"
+        "        with lock:\n"
+        "            seen.append(n)\n"
+        "    ts = [threading.Thread(target=work, args=(n,)) for n in range(4)]\n"
+        "    for t in ts:\n"
+        "        t.start()\n"
+        "    for t in ts:\n"
+        "        t.join()\n"
+        "    main = threading.main_thread() is threading.current_thread()\n"
+        "    return {'seen': sorted(seen), 'main': main, 'active': threading.active_count()}"
+    )
+    out = run(sandbox, code)
+    assert out.kind == "return", (out.kind, out.message)
+    assert out.value == {"seen": [0, 1, 2, 3], "main": True, "active": 1}

@@ -183,7 +183,8 @@ class Template:
         os.mkdir(scratch, 0o700)
         os.chown(scratch, uid, uid)
         host_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        pid = os.fork()
+        # A JavaScript worker is long-lived and starts threads (V8): CPython's own fork.
+        pid = os.fork() if self.cfg.get("runtime") == "javascript" else linux.fork()
         if pid == 0:
             try:
                 host_end.close()
