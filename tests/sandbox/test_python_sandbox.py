@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -217,3 +218,33 @@ def test_a_tool_can_use_threads_after_the_fork(sandbox: PythonSandbox) -> None:
     out = run(sandbox, code)
     assert out.kind == "return", (out.kind, out.message)
     assert out.value == {"seen": [0, 1, 2, 3], "main": True, "active": 1}
+
+
+def test_a_child_starts_with_its_own_home_and_the_fixed_environment(sandbox: PythonSandbox) -> None:
+    """The fixed part of the environment and the ignored signals are set once in the template
+    (child.prepare), HOME and TMPDIR per child: together what each call sees."""
+    code = (
+        "import os, signal\n"
+        "def handle(i, c):\n"
+        "    return {'env': dict(os.environ), 'cwd': os.getcwd(),\n"
+        "            'signals': [int(signal.getsignal(s)) for s in\n"
+        "                        (signal.SIGCHLD, signal.SIGPIPE, signal.SIGXFSZ)]}"
+    )
+    first, second = run(sandbox, code), run(sandbox, code)
+    for out in (first, second):
+        assert out.kind == "return", (out.kind, out.message)
+        cwd = out.value["cwd"]
+        assert out.value["env"] == {
+            "HOME": cwd,
+            "TMPDIR": cwd,
+            "LANG": "C.UTF-8",
+            "PATH": "/nonexistent",
+            "OPENBLAS_NUM_THREADS": "1",
+            "OMP_NUM_THREADS": "1",
+        }
+        assert out.value["signals"] == [
+            int(signal.SIG_DFL),
+            int(signal.SIG_IGN),
+            int(signal.SIG_IGN),
+        ]
+    assert first.value["cwd"] != second.value["cwd"]

@@ -289,6 +289,7 @@ def main() -> None:
         _mini_racer = py_mini_racer
     else:
         pyrunner.jail_paths(cfg)
+    child.prepare()
     # Children are short-lived forks: keep the collector from walking (and so copying)
     # every inherited object page.
     gc.collect()
