@@ -248,3 +248,38 @@ def test_a_child_starts_with_its_own_home_and_the_fixed_environment(sandbox: Pyt
             int(signal.SIG_IGN),
         ]
     assert first.value["cwd"] != second.value["cwd"]
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        ("def main(**p):\n    return {'message': 'no ctx', 'rawData': p}", ("no ctx", {"a": 1})),
+        (
+            "def main(*, ctx, **p):\n    return {'message': ctx.toolCallId, 'rawData': p}",
+            ("call-1", {"a": 1}),
+        ),
+        (
+            "def main(a, ctx=None):\n    return {'message': str(ctx), 'rawData': {'a': a}}",
+            ("None", {"a": 1}),
+        ),
+        (
+            "import functools\n"
+            "def keep(fn):\n"
+            "    @functools.wraps(fn)\n"
+            "    def wrapper(**kw):\n"
+            "        return fn(**kw)\n"
+            "    return wrapper\n"
+            "@keep\n"
+            "def main(*, ctx, **p):\n    return {'message': ctx.toolCallId, 'rawData': p}",
+            ("call-1", {"a": 1}),
+        ),
+    ],
+    ids=["no-ctx", "keyword-only-ctx", "positional-ctx", "wrapped"],
+)
+def test_main_gets_ctx_only_when_it_declares_it_keyword_only(
+    sandbox: PythonSandbox, code: str, expected: tuple[str, object]
+) -> None:
+    request = RunRequest("python", code, "main", {"a": 1}, 5000, {"toolCallId": "call-1"})
+    out = sandbox.run(request, NoCtx())
+    assert out.kind == "return", (out.kind, out.message)
+    assert (out.value["message"], out.value["rawData"]) == expected

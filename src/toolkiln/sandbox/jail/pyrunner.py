@@ -11,6 +11,7 @@ import io
 import os
 import socket
 import sys
+from types import FunctionType
 
 import protocol
 
@@ -188,12 +189,23 @@ def _safe_str(exc: BaseException) -> str:
         return "<unprintable exception>"
 
 
+def _takes_ctx(fn) -> bool:
+    """Whether ``main`` declares ``ctx`` keyword-only. A plain function says so in its code
+    object; inspect.signature (for anything else: wrapped, partial, a class) is pages of
+    Python that every child would run twice, in the warm-up and in the call."""
+    if type(fn) is FunctionType and not fn.__dict__:
+        code = fn.__code__
+        return (
+            "ctx" in code.co_varnames[code.co_argcount : code.co_argcount + code.co_kwonlyargcount]
+        )
+    params = inspect.signature(fn).parameters
+    return "ctx" in params and params["ctx"].kind == inspect.Parameter.KEYWORD_ONLY
+
+
 def _call(fn, entry: str, data: dict, ctx: Ctx):
     if entry == "handle":
         return fn(data, ctx)
-    params = inspect.signature(fn).parameters
-    takes_ctx = "ctx" in params and params["ctx"].kind == inspect.Parameter.KEYWORD_ONLY
-    return fn(**data, ctx=ctx) if takes_ctx else fn(**data)
+    return fn(**data, ctx=ctx) if _takes_ctx(fn) else fn(**data)
 
 
 def _execute(req: dict, link: _Link, finder: PackageFinder) -> dict:
