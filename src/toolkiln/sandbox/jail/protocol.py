@@ -102,7 +102,7 @@ def encode(obj: Any, *, repair: bool = False) -> bytes:
     """One frame. Lone surrogates never make this fail: with ``repair`` (the host) they are
     replaced, else (the jail) escaped, for the host's reader to see and judge."""
     try:
-        body = _dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+        body = _ENCODER.encode(obj).encode()
     except UnicodeEncodeError:
         if repair:
             body = _dumps(scrub(obj)[0], separators=(",", ":"), ensure_ascii=False).encode()
@@ -121,12 +121,18 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+# The usual frame's coder made once: json.dumps and json.loads with options build a new
+# one per call (Python code run for every frame, in the jail and on the host).
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)
+
+
 def decode(body: bytes) -> tuple[Any, frozenset[str]]:
     """A frame's body parsed under the text rules, and which of its top-level fields had
     text repaired (``"*"`` when the frame is not an object)."""
     try:
         text = body.decode("utf-8")
-        value = _loads(text, parse_constant=_no_constant)
+        value = _DECODER.decode(text)
     except (ValueError, RecursionError) as exc:
         raise FrameError("garbage", f"not a UTF-8 JSON frame: {str(exc)[:200]}") from None
     if "\\ud" not in text and "\\uD" not in text:  # only escapes can spell a surrogate

@@ -16,6 +16,8 @@ from types import FunctionType
 import protocol
 
 TOOL_FILE = "<tool>"
+# What a tool usually returns, never awaitable (inspect.isawaitable asks the Awaitable ABC).
+PLAIN = frozenset({dict, list, str, int, float, bool, type(None)})
 # Each preloaded module makes every fork (and exit) dearer: on the reference VM the full
 # stdlib set cost ~1.4 ms of CPU per call more than this one (docs/benchmarks.md). asyncio
 # stays: async entrypoints are common and importing it per call costs far more.
@@ -228,7 +230,7 @@ def _execute(req: dict, link: _Link, finder: PackageFinder) -> dict:
     ctx = Ctx(req.get("context") or {}, link, is_async)
     try:
         value = _call(fn, req["entry"], req.get("input") or {}, ctx)
-        if inspect.isawaitable(value):
+        if type(value) not in PLAIN and inspect.isawaitable(value):
             import asyncio
 
             async def wait() -> object:
