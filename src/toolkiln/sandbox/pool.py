@@ -134,7 +134,7 @@ class _Generation:
 
     def request(self, n: int) -> None:
         with contextlib.suppress(OSError):
-            self.ctl.send(json.dumps({"op": "spawn", "n": n}).encode())
+            self.ctl.send(b'{"op": "spawn", "n": %d}' % n)
 
     def stop(self) -> None:
         self.alive = False
@@ -162,7 +162,14 @@ class Template:
         self._ready: collections.deque[WarmChild] = collections.deque()
         self._exits: dict[tuple[int, int], ExitInfo] = {}
         self._handles: dict[tuple[int, int], Handle | None] = {}
-        self._cond = threading.Condition()
+        # One lock, and one condition per kind of waiter, so that a child made or ended wakes
+        # only those waiting for it: takers (a child ready), the runners waiting for their
+        # child's end, and the keeper (a template died). With one condition for all, every
+        # child woke the keeper and every waiting runner twice (docs/benchmarks.md).
+        lock = threading.RLock()
+        self._cond = threading.Condition(lock)  # a child ready, a template (re)started
+        self._exit_cond = threading.Condition(lock)  # a child's end reported
+        self._keep_cond = threading.Condition(lock)  # a template died, or the pool closed
         self._closed = threading.Event()
         self._gens = 0
         self._gen: _Generation | None = None
@@ -200,6 +207,11 @@ class Template:
             target=self._read, args=(gen,), name="sandbox-template", daemon=True
         ).start()
 
+    def _notify_all(self) -> None:
+        """Wake every waiter (the lock held): a template died or the pool closed."""
+        for cond in (self._cond, self._exit_cond, self._keep_cond):
+            cond.notify_all()
+
     def _keep(self) -> None:
         """Restart a dead template with backoff; never let one failure end the keeper."""
         delay = BACKOFF_FIRST_S
@@ -207,7 +219,7 @@ class Template:
             try:
                 with self._cond:
                     while self._gen is not None and self._gen.alive and not self._closed.is_set():
-                        self._cond.wait()
+                        self._keep_cond.wait()
                 if self._closed.is_set():
                     return
                 if self._closed.wait(delay):
@@ -260,7 +272,7 @@ class Template:
             # Its children die with it (it is PID 1 of their namespace): none is handed out.
             stale = [c for c in self._ready if c.gen == gen.number]
             self._ready = collections.deque(c for c in self._ready if c.gen != gen.number)
-            self._cond.notify_all()
+            self._notify_all()
         for child in stale:
             child.close()
         with contextlib.suppress(OSError, subprocess.TimeoutExpired):
@@ -302,7 +314,7 @@ class Template:
             if len(self._exits) > 4096:  # forget the oldest reports nobody asked for
                 for old in list(self._exits)[:1024]:
                     del self._exits[old]
-            self._cond.notify_all()
+            self._exit_cond.notify_all()
 
     # --- what the runners use
 
@@ -402,7 +414,7 @@ class Template:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return None
-                self._cond.wait(left)
+                self._exit_cond.wait(left)
             return self._exits.pop(key)
 
     def forget_exit(self, child: WarmChild) -> None:
@@ -414,7 +426,7 @@ class Template:
         with self._cond:
             gen = self._gen
             ready, self._ready = list(self._ready), collections.deque()
-            self._cond.notify_all()
+            self._notify_all()
         if gen is not None:
             gen.stop()
         for child in ready:
@@ -422,8 +434,14 @@ class Template:
 
 
 def _pid_of(pidfd: int) -> int:
-    """The pid in our namespace of the process a pidfd refers to."""
-    for line in Path(f"/proc/self/fdinfo/{pidfd}").read_text().splitlines():
-        if line.startswith("Pid:"):
+    """The pid in our namespace of the process a pidfd refers to (plain file descriptors:
+    this runs for every child, on the pool's reader thread)."""
+    fd = os.open(f"/proc/self/fdinfo/{pidfd}", os.O_RDONLY)
+    try:
+        text = os.read(fd, 4096)
+    finally:
+        os.close(fd)
+    for line in text.splitlines():
+        if line.startswith(b"Pid:"):
             return int(line.split()[1])
     raise OSError("pidfd without a Pid line")
