@@ -181,7 +181,7 @@ class Template:
         uid = self.free_uids.pop(0)
         scratch = f"/tmp/{uid}"
         # Between forks the template does as little as it can: every page it writes while a
-        # child shares it is copied (~190 copy-on-write faults in the template per child).
+        # child shares it is copied (~140 copy-on-write faults in the template per child).
         try:
             os.mkdir(scratch, 0o700)  # fresh: reap removed the previous child's
         except FileExistsError:
