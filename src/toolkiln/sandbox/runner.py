@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import itertools
 import logging
-import os
 import secrets
 import signal
 import socket
@@ -23,24 +21,13 @@ from toolkiln.sandbox.packages import PYTHON_PACKAGES, PackageStore, python_impo
 from toolkiln.sandbox.pool import SandboxUnavailable, Template, WarmChild
 from toolkiln.sandbox.session import Session
 from toolkiln.sandbox.shares import JoinFailed, Membership, enter
+from toolkiln.sandbox.uids import NoUidRange, UidRange
 
 log = logging.getLogger("toolkiln.sandbox")
-_instances = itertools.count()
-UIDS_PER_SANDBOX = 256
 # A Python child is made and warmed at this nice value and put back to the service's
 # priority when it is taken for a call: making the next children must not take the core
 # from the call in flight (docs/benchmarks.md).
 WARM_NICE = 10
-
-
-def _uid_base() -> int:
-    """A uid range of this sandbox alone: distinct per process (replicas on one host) and per
-    instance within it, so no two calls anywhere on the host share a uid."""
-    instance = next(_instances)
-    if instance >= 64:
-        raise SandboxUnavailable("at most 64 sandboxes per process (each needs its own uids)")
-    slot = (os.getpid() % 1000) * 64 + instance
-    return 1_000_000 + slot * UIDS_PER_SANDBOX
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +94,10 @@ class PythonSandbox:
         # bounds the memory they can hold), shared fairly between workspaces.
         self.fair = FairShare(self.limits.concurrent_calls)
         lim = self.limits
+        try:
+            self.uids = UidRange()  # this sandbox's alone on the host (sandbox/uids.py)
+        except NoUidRange as exc:
+            raise SandboxUnavailable(str(exc)) from exc
         # Address space = what the template already maps + the memory cap + thread stacks.
         self.config: dict[str, Any] = {
             "ro_paths": _ro_paths(),
@@ -114,8 +105,8 @@ class PythonSandbox:
             "stdlib_paths": _stdlib_paths(),
             "hidden": _hidden_paths(),
             "scratch_mb": lim.scratch_mb,
-            "uid_base": _uid_base(),
-            "uid_count": UIDS_PER_SANDBOX,
+            "uid_base": self.uids.first,
+            "uid_count": self.uids.count,
             "warm": warm,
             "warm_nice": WARM_NICE,
             "max_cpu_s": lim.max_cpu_s,
@@ -381,3 +372,4 @@ class PythonSandbox:
         if self.cgroups is not None:
             with contextlib.suppress(OSError):
                 self.cgroups.close()
+        self.uids.release()

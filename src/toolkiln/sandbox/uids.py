@@ -1,0 +1,59 @@
+"""Uid ranges for sandboxes: no two sandboxes on the host share a uid, whichever process runs
+them (replicas on one host, test runs beside a service).
+
+Each sandbox claims a slot by an exclusive ``flock`` on a file of a host-wide directory and
+keeps it for as long as it lives; the kernel drops the lock when the sandbox closes it or its
+process dies, so a slot is never held by a process that is gone. (Deriving the range from the
+pid, as before, gave two processes whose pids were equal modulo 1000 the same uids: their
+calls shared the per-uid process limit, and one could signal the other's processes.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import tempfile
+from pathlib import Path
+
+UIDS_PER_SANDBOX = 256
+FIRST_UID = 1_000_000
+SLOTS = 8192  # 8192 x 256 uids above FIRST_UID: under 2^31
+
+
+class NoUidRange(Exception):
+    """Every slot is held by a running sandbox."""
+
+
+def _slots_dir() -> Path:
+    for base in (Path("/run"), Path(tempfile.gettempdir())):
+        path = base / "toolkiln-uid-slots"
+        with contextlib.suppress(OSError):
+            path.mkdir(mode=0o700, exist_ok=True)
+            if os.access(path, os.W_OK):
+                return path
+    raise NoUidRange("no writable directory for the uid slots")
+
+
+class UidRange:
+    """``first`` .. ``first + count - 1``, this sandbox's alone until ``release``."""
+
+    def __init__(self) -> None:
+        directory = _slots_dir()
+        for slot in range(SLOTS):
+            fd = os.open(directory / str(slot), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            self._fd: int | None = fd
+            self.first = FIRST_UID + slot * UIDS_PER_SANDBOX
+            self.count = UIDS_PER_SANDBOX
+            return
+        raise NoUidRange(f"all {SLOTS} sandbox uid ranges of this host are in use")
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # drops the lock: the slot is free again
+            self._fd = None
