@@ -325,9 +325,8 @@ class PythonSandbox:
         """A Python child serves one call: it is killed whatever happened, and another is
         asked for."""
         child.close()
-        self.template.replace(
-            child
-        )  # none for a dead template's child: its successor makes its own
+        # None for a dead template's child: its successor makes its own.
+        self.template.replace(child)
         if outcome is not None and outcome.kind not in {"crash", "violation", "memory"}:
             self.template.forget_exit(child)
 
