@@ -283,3 +283,25 @@ def test_main_gets_ctx_only_when_it_declares_it_keyword_only(
     out = sandbox.run(request, NoCtx())
     assert out.kind == "return", (out.kind, out.message)
     assert (out.value["message"], out.value["rawData"]) == expected
+
+
+def test_collapsing_the_template_heap_keeps_its_content() -> None:
+    """jail/linux.collapse (MADV_COLLAPSE on the template's heap) changes how memory is
+    backed, never what it holds."""
+    import ctypes
+    import mmap
+
+    from toolkiln.sandbox.jail import linux
+
+    size = 3 * linux.HUGE_PAGE
+    area = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    pattern = bytes(range(256)) * (size // 256)
+    area[:] = pattern
+    view = ctypes.c_char.from_buffer(area)
+    address = ctypes.addressof(view)
+    del view
+    ranges = linux.anonymous_ranges()
+    assert any(low <= address and address + size <= high for low, high in ranges)
+    linux.collapse(ranges)
+    assert area[:] == pattern
+    area.close()

@@ -24,6 +24,7 @@ _libc.prctl.argtypes = [
     ctypes.c_ulong,
 ]
 _libc.syscall.restype = ctypes.c_long
+_libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 # Called with the GIL held (a PyDLL): the forking thread keeps it, in the child too.
 _libc_gil = ctypes.PyDLL(None, use_errno=True)
 
@@ -42,6 +43,9 @@ MS_BIND = 4096
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
 MNT_DETACH = 2
+
+MADV_COLLAPSE = 25
+HUGE_PAGE = 1 << 21
 
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
@@ -97,3 +101,29 @@ def fork() -> int:
     if pid == 0:
         random.seed()
     return pid
+
+
+def anonymous_ranges() -> list[tuple[int, int]]:
+    """The private anonymous writable mappings of this process (its heap and the
+    allocator's arenas), from /proc/self/maps: read it while /proc is still there."""
+    found = []
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            parts = line.split()
+            if parts[1] == "rw-p" and (len(parts) == 5 or parts[5] == "[heap]"):
+                low, high = (int(x, 16) for x in parts[0].split("-"))
+                found.append((low, high))
+    return found
+
+
+def collapse(ranges: list[tuple[int, int]]) -> int:
+    """Ask the kernel to back each 2 MiB-aligned stretch of ``ranges`` with 2 MiB folios
+    (MADV_COLLAPSE, Linux 6.1+; an older kernel, or a stretch it cannot collapse, stays as
+    it was). Returns how many bytes it collapsed."""
+    done = 0
+    for low, high in ranges:
+        start = (low + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1)
+        end = high & ~(HUGE_PAGE - 1)
+        if end > start and _libc.madvise(start, end - start, MADV_COLLAPSE) == 0:
+            done += end - start
+    return done
