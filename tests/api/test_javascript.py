@@ -158,3 +158,20 @@ def test_listed_packages_import_by_name_and_nothing_else(
         {"name": "lodash", "version": "4.17.21"},
         {"name": "zod", "version": "3.23.8"},
     ]
+
+
+def test_ctx_can_be_printed_and_awaited_without_calling_tools(
+    client: TestClient, space: Space, rw
+) -> None:
+    """JSON.stringify(ctx) and ``await ctx.tools`` are the language asking for toJSON and
+    then: neither is a ctx call (which would count, or hang the await until the timeout)."""
+    code = (
+        "export async function handle(input, ctx) {\n"
+        "  const text = JSON.stringify(ctx);\n"
+        "  const tools = await ctx.tools;\n"
+        "  return { message: typeof tools, rawData: JSON.parse(text) };\n"
+        "}\n"
+    )
+    res = run(client, space, rw, code, timeout_ms=3000)
+    assert res["status"] == "ok" and res["message"] == "object", res
+    assert res["ctx_calls"] == 0, res

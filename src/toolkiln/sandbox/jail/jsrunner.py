@@ -85,8 +85,12 @@ SETUP = """(host, listedJson, entries) => {
     issued += 1;
     return host(stringify(String(name)), encode(input)).then((r) => parse(r));
   };
+  // Any name is a tool, but for the two the language itself asks for: 'then' (so awaiting
+  // ctx.tools does not call a tool named then, and hang) and 'toJSON' (JSON.stringify(ctx)).
+  const notTools = new Set(['then', 'toJSON']);
   const tools = new Proxy({}, {
-    get: (_, name) => (typeof name === 'string' ? (input) => call(name, input) : undefined),
+    get: (_, name) => (typeof name === 'string' && !notTools.has(name)
+      ? (input) => call(name, input) : undefined),
   });
   const audit = (event, data) =>
     call('__audit__', [event, data === undefined ? null : data]).then(() => undefined);
