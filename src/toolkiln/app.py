@@ -160,7 +160,7 @@ def build_app(runtime: Runtime, *, close_on_exit: bool = True) -> FastAPI:
     mcp = McpHttp(runtime.services)
 
     @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(served: FastAPI) -> AsyncIterator[None]:
         try:
             async with mcp.lifespan(), anyio.create_task_group() as tasks:
                 for name, loop in runtime.loops().items():
@@ -170,6 +170,7 @@ def build_app(runtime: Runtime, *, close_on_exit: bool = True) -> FastAPI:
                 finally:
                     tasks.cancel_scope.cancel()
         finally:
+            served.state.offload.close()
             if close_on_exit:
                 runtime.close()
 

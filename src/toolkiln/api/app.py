@@ -13,6 +13,7 @@ import toolkiln
 from toolkiln.api import errors
 from toolkiln.api.middleware import BodyLimit, Metrics, NoNul
 from toolkiln.api.models import ErrorEnvelope
+from toolkiln.api.offload import Offload
 from toolkiln.api.routes import access, agents, audit, builtins, generate, invoke, system, tools
 from toolkiln.domain.limits import MAX_BODY_BYTES
 from toolkiln.services.container import Services
@@ -46,6 +47,7 @@ def create_app(
         redoc_url=None,
     )
     app.state.services = services
+    app.state.offload = Offload()
     app.state.metrics_token = metrics_token
     app.state.registry = CollectorRegistry()
     errors.install(app)

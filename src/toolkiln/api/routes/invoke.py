@@ -9,8 +9,10 @@ from fastapi.responses import JSONResponse
 
 from toolkiln.api import models, serialize
 from toolkiln.api.deps import Caller, Svc, bearer_of
+from toolkiln.api.offload import Offload
 from toolkiln.api.routes.tools import draft_of
 from toolkiln.domain.auth import Bearer
+from toolkiln.services.container import Services
 from toolkiln.services.invoke import CallContext
 
 router = APIRouter(prefix="/v1", tags=["invoking"])
@@ -34,10 +36,12 @@ def test_tool(body: models.ToolTest, who: Caller, svc: Svc) -> dict[str, Any]:
     # The token is read below, not by a dependency; the document still says it is needed.
     openapi_extra={"security": [{"bearer": []}]},
 )
-def invoke_tool(tool_id: str, body: models.InvokeIn, request: Request, svc: Svc) -> JSONResponse:
-    # The token is checked by the invoke's own read rather than by the Caller dependency:
-    # FastAPI runs each sync dependency in a thread-pool hop of its own, and a separate read
-    # transaction costs another ~0.1 ms (docs/benchmarks.md).
+async def invoke_tool(tool_id: str, body: models.InvokeIn, request: Request) -> JSONResponse:
+    # The token is checked by the invoke's own read rather than by the Caller dependency
+    # (a dependency of its own would cost a read transaction and, sync, a thread hop), and
+    # the work runs on the app's own thread pool (api/offload.py), not FastAPI's hand-off.
+    svc: Services = request.app.state.services
+    offload: Offload = request.app.state.offload
     context = CallContext(
         tool_call_id=body.tool_call_id,
         agent_id=body.agent_id,
@@ -45,9 +49,10 @@ def invoke_tool(tool_id: str, body: models.InvokeIn, request: Request, svc: Svc)
         power_user_id=body.power_user_id,
         source="llm" if body.agent_id else "api",
     )
-    # The hot path: the Result is built by the domain, so hand FastAPI a finished response
-    # instead of having it validate and re-encode the dict (response_model stays for docs).
-    result = svc.invoke.invoke(Bearer(bearer_of(request)), tool_id, body.input, context)
+    bearer = Bearer(bearer_of(request))
+    result = await offload(svc.invoke.invoke, bearer, tool_id, body.input, context)
+    # The Result is built by the domain: hand FastAPI a finished response instead of having
+    # it validate and re-encode the dict (response_model stays for the document).
     return JSONResponse({"data": result.as_dict()})
 
 
