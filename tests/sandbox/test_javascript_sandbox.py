@@ -154,3 +154,27 @@ def test_an_isolate_holds_none_of_the_engine_packages_timer_globals(sandbox: One
     )
     out = run(sandbox, code)
     assert out.value == {"message": "undefined undefined undefined undefined"}, out
+
+
+HOLD = (
+    "function main(p) {\n"
+    "  globalThis.kept = new Uint8Array(120 * 1024 * 1024).fill(1);\n"
+    "  const t = Date.now(); while (Date.now() - t < 300) {}\n"
+    "  return { message: 'held ' + globalThis.kept.length };\n"
+    "}\n"
+)
+
+
+def test_a_call_does_not_run_beside_the_memory_of_the_call_before(sandbox: OneWorker) -> None:
+    """The isolate of the call before is closed before the next call runs, even when that
+    call was already waiting for the worker: its memory (120 MB here, under the worker's
+    256 MB cap) never counts against the next call (120 MB more)."""
+    import threading
+
+    outcomes: list[RunOutcome] = []
+    first = threading.Thread(target=lambda: outcomes.append(run(sandbox, HOLD)))
+    first.start()
+    second = run(sandbox, HOLD)  # queued behind the first (one call at a time here)
+    first.join(timeout=30)
+    assert [o.kind for o in outcomes] == ["return"], outcomes
+    assert second.kind == "return", second

@@ -14,7 +14,6 @@ import contextlib
 import functools
 import json
 import re
-import select
 import socket
 from collections.abc import Callable
 from typing import Any
@@ -365,20 +364,14 @@ async def _prepare(mr_module: object, heap: int, listed: list, log_cap: int = LO
         return None  # made again, and its error reported, when a call needs it
 
 
-def _waiting(sock: socket.socket) -> bool:
-    return bool(select.select([sock], [], [], 0)[0])
-
-
-async def _renew(spent: list, sock: socket.socket, mr_module: object, heap: int, listed: list):
-    """Off the call's path, while idle: the next call's isolate made first, then the used
-    one closed, unless the next call is already waiting: it is closed after that call
-    then. So at most two isolates are open at once, and only one serves."""
-    while len(spent) > 1:
+async def _renew(spent: list, mr_module: object, heap: int, listed: list):
+    """Off the call's path, while idle: the next call's isolate made, and the used one
+    closed before any other call runs, even one already waiting: what the used isolate
+    still holds (its heap, its ArrayBuffers) must never count against the next call's
+    memory (tests/sandbox/test_javascript_sandbox.py)."""
+    while spent:
         await spent.pop(0).close()
-    fresh = await _prepare(mr_module, heap, listed)
-    if spent and not _waiting(sock):
-        await spent.pop().close()
-    return fresh
+    return await _prepare(mr_module, heap, listed)
 
 
 async def _one(box: list, mr_module: object, req: dict, link, heap: int, listed: list):
@@ -441,7 +434,7 @@ def serve(sock: socket.socket, cfg: dict, mr_module: object, link_factory) -> No
             chan.close()
         if box[0] is not None:
             spent.append(box[0])
-        fresh = loop.run_until_complete(_renew(spent, sock, mr_module, heap, listed))
+        fresh = loop.run_until_complete(_renew(spent, mr_module, heap, listed))
 
 
 def _answer(chan: socket.socket, cfg: dict, mr_module: object, link, heap, listed, loop, box):
