@@ -302,6 +302,9 @@ def test_collapsing_the_template_heap_keeps_its_content() -> None:
     del view
     ranges = linux.anonymous_ranges()
     assert any(low <= address and address + size <= high for low, high in ranges)
-    linux.collapse(ranges)
+    collapsed = linux.collapse(ranges)
+    if collapsed == 0:
+        area.close()
+        pytest.skip("this kernel collapsed nothing (MADV_COLLAPSE needs Linux 6.1 and THP)")
     assert area[:] == pattern
     area.close()

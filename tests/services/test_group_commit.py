@@ -240,15 +240,46 @@ def test_failures_recorded_in_one_batch_disable_the_tool_once(
 
 
 def test_an_outage_fails_every_write_at_once() -> None:
-    """A database that refuses connections: every caller gets ``unavailable`` at once (no
-    retry write by write past the first), and the next writes are tried afresh."""
+    """A database that refuses connections: the writes queued in one batch all get
+    ``unavailable`` after three tries in all (the writer's own, the batch, the batch's first
+    write alone), not one more per write; and the next write is tried afresh."""
     down = Database("postgresql+psycopg://root@127.0.0.1:1/nothing-listens-here")
-    group = GroupCommit(down.transaction)
+    tries = 0
+
+    def counted(readonly: bool = False) -> Any:
+        nonlocal tries
+        tries += 1
+        return down.transaction(readonly)
+
+    group = GroupCommit(counted)
+    entered, release = threading.Event(), threading.Event()
+
+    def held(tx: UnitOfWork) -> None:  # never reached: the transaction cannot begin
+        return None
+
+    real = down.transaction
+
+    def slow_first(readonly: bool = False) -> Any:
+        # The first transaction waits until the others have queued behind it.
+        if not entered.is_set():
+            entered.set()
+            assert release.wait(10)
+        return real(readonly)
+
+    down.transaction = slow_first  # type: ignore[method-assign]
     try:
-        with ThreadPoolExecutor(8) as pool:
-            futures = [pool.submit(group.run, lambda tx: None) for _ in range(16)]
-            errors = [f.exception(timeout=60) for f in futures]
+        with ThreadPoolExecutor(16) as pool:
+            first = pool.submit(group.run, held)
+            assert entered.wait(10)
+            others = [pool.submit(group.run, held) for _ in range(15)]
+            _until(lambda: group.waiting() == 15, "the writes queue")
+            release.set()
+            errors = [f.exception(timeout=60) for f in [first, *others]]
         assert all(isinstance(e, ServiceUnavailable) for e in errors), errors
-        assert group.batches <= group.writes + 1 and group.waiting() == 0
+        assert tries == 3, tries
+        assert group.waiting() == 0
+        with pytest.raises(ServiceUnavailable):
+            group.run(held)
+        assert tries == 4
     finally:
         down.dispose()

@@ -134,7 +134,11 @@ class PythonSandbox:
                 "Never run untrusted code like this."
             )
         self._configure(self.config)
-        self.template = Template(self.config, cgroups, strict=strict)
+        try:
+            self.template = Template(self.config, cgroups, strict=strict)
+        except BaseException:
+            self.uids.release()  # the slot is not held by a sandbox that never started
+            raise
         if self.template.problems:
             log.warning("sandbox layers off: %s", "; ".join(self.template.problems))
 
@@ -264,6 +268,7 @@ class PythonSandbox:
             return RunOutcome("infra", message="The nested run could not share its call's limits.")
         except BaseException:
             self._release(child, None, clean=False)  # never leave a taken child unreleased
+            self.template.forget_exit(child)  # nobody will ask how it ended
             raise
         if member is None:
             self._release(child, RunOutcome("not_admitted"), clean=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -26,13 +27,24 @@ class NoUidRange(Exception):
 
 
 def _slots_dir() -> Path:
-    for base in (Path("/run"), Path(tempfile.gettempdir())):
+    """``/run/toolkiln-uid-slots`` (root's); elsewhere only for an unprivileged service (the
+    development mode without a jail), and only a directory of its own that nobody else can
+    write (a world-writable ``/tmp`` would let another user plant or swap slot files)."""
+    candidates = [Path("/run")]
+    if os.geteuid() != 0:
+        candidates.append(Path(tempfile.gettempdir()))
+    for base in candidates:
         path = base / "toolkiln-uid-slots"
         with contextlib.suppress(OSError):
             path.mkdir(mode=0o700, exist_ok=True)
-            if os.access(path, os.W_OK):
+            info = path.lstat()
+            if (
+                stat.S_ISDIR(info.st_mode)
+                and info.st_uid == os.geteuid()
+                and not (info.st_mode & 0o077)
+            ):
                 return path
-    raise NoUidRange("no writable directory for the uid slots")
+    raise NoUidRange("no private directory for the uid slots (/run/toolkiln-uid-slots)")
 
 
 class UidRange:
@@ -40,11 +52,17 @@ class UidRange:
 
     def __init__(self) -> None:
         directory = _slots_dir()
+        flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
         for slot in range(SLOTS):
-            fd = os.open(directory / str(slot), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            path = directory / str(slot)
+            fd = os.open(path, flags, 0o600)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
+                # Locked the file the name still means (not one removed from under it).
+                held, named = os.fstat(fd), os.stat(path, follow_symlinks=False)
+                if (held.st_dev, held.st_ino) != (named.st_dev, named.st_ino):
+                    raise BlockingIOError
+            except (BlockingIOError, FileNotFoundError):
                 os.close(fd)
                 continue
             self._fd: int | None = fd

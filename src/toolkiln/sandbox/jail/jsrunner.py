@@ -84,9 +84,10 @@ SETUP = """(host, listedJson, entries) => {
     issued += 1;
     return host(stringify(String(name)), encode(input)).then((r) => parse(r));
   };
-  // Any name is a tool, but for the two the language itself asks for: 'then' (so awaiting
-  // ctx.tools does not call a tool named then, and hang) and 'toJSON' (JSON.stringify(ctx)).
-  const notTools = new Set(['then', 'toJSON']);
+  // Any name is a tool, but for those the language itself asks an object for: 'then' (so
+  // awaiting ctx.tools does not call a tool named then, and hang), 'toJSON'
+  // (JSON.stringify(ctx)), 'toString' and 'valueOf' (String(ctx.tools)), and the like.
+  const notTools = new Set(['then', 'toJSON', 'toString', 'valueOf', 'constructor', 'inspect']);
   const tools = new Proxy({}, {
     get: (_, name) => (typeof name === 'string' && !notTools.has(name)
       ? (input) => call(name, input) : undefined),
