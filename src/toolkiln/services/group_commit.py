@@ -127,9 +127,11 @@ class GroupCommit:
                 values = {id(p): p.write(tx) for p in sorted(batch, key=_key)}
         except ServiceUnavailable as exc:
             # An outage fails every write at once (each retry would wait out its own connect
-            # timeout); but PostgreSQL reports a deadlock or a serialization failure the same
-            # way, so the first write is tried alone: if it meets the outage too, so do all.
-            if len(batch) > 1:
+            # timeout, and a connection lost during COMMIT may have committed the batch); but
+            # PostgreSQL's deadlock and serialization failures (SQLSTATE 40...) come the same
+            # way and roll the batch back: then the first write is tried alone, and if it
+            # meets an outage too, so do all.
+            if len(batch) > 1 and _rolled_back(exc):
                 self._alone(batch[0], mine)
                 if not isinstance(batch[0].error, ServiceUnavailable):
                     for p in batch[1:]:
@@ -169,6 +171,18 @@ class GroupCommit:
         except Exception as exc:
             p.error = exc
         self._done(p, mine)
+
+
+def _rolled_back(exc: BaseException) -> bool:
+    """Whether the database said it rolled the transaction back (a deadlock, a
+    serialization failure), as opposed to a connection that failed."""
+    cause: BaseException | None = exc.__cause__
+    while cause is not None:
+        state = getattr(cause, "sqlstate", None)
+        if isinstance(state, str):
+            return state.startswith("40")
+        cause = getattr(cause, "orig", None) or cause.__cause__
+    return False
 
 
 def _key(p: _Pending) -> str:
