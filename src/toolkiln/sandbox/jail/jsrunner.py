@@ -366,13 +366,14 @@ async def _prepare(mr_module: object, heap: int, listed: list, log_cap: int = LO
 
 
 async def _renew(spent: list, mr_module: object, heap: int, listed: list):
-    """Off the call's path, while idle: the next call's isolate made, and the used one
-    closed before any other call runs, even one already waiting: what the used isolate
+    """Off the call's path, while idle: the next call's isolate made, then the used one
+    closed, both before any other call runs, even one already waiting: what the used isolate
     still holds (its heap, its ArrayBuffers) must never count against the next call's
     memory (tests/sandbox/test_javascript_sandbox.py)."""
+    fresh = await _prepare(mr_module, heap, listed)
     while spent:
         await spent.pop(0).close()
-    return await _prepare(mr_module, heap, listed)
+    return fresh
 
 
 async def _one(box: list, mr_module: object, req: dict, link, heap: int, listed: list):
