@@ -2,10 +2,11 @@
 
 FastAPI runs a sync route through anyio's thread hand-off (a capacity limiter, the async
 library's detection, a shielded checkpoint, per request). For the route every tool call
-takes, a plain executor hand-off measured ~0.1 ms less service CPU per call sequentially and
-~0.3 ms less under 16 clients (+10% calls/s, docs/benchmarks.md). The call's context
-variables go with it, as with anyio; a call that has started runs to its end even when its
-client goes away (its result is recorded), as before.
+takes, a plain executor hand-off measured ~0.1 ms less service CPU per call and a lower p50
+with sequential calls; under 16 clients three A/B runs gave +10%, -3% and +5% calls/s
+(within the noise; docs/benchmarks.md, step 22). The call's context variables go with it, as
+with anyio; a call that has started runs to its end even when its client goes away (its
+result is recorded), as before.
 """
 
 from __future__ import annotations

@@ -36,8 +36,8 @@ Kind = Literal["builtin", "run_code", "custom", "refused"]
 CUSTOM_PREFIX = "custom_"
 MAX_NAME_CHARS = MAX_CTX_NAME_CHARS
 RUN_CODE_TIMEOUT_MS = 5000
-# A run whose sandbox process was ready within this long of the tool's read starts with the
-# status that read saw; later (it queued for a process), the status is read again.
+# A run whose sandbox process was ready within this long of when the tool's read began starts
+# with the status that read saw; later (it queued for a process), the status is read again.
 ADMIT_FRESH_S = 0.001
 
 
@@ -273,8 +273,8 @@ class Router:
     def _active(self, tool_id: str, read_at: float) -> bool:
         """The status when the run starts, not when the request arrived (CONTRACT 4): the
         status read with the tool stands when a sandbox process was ready within
-        ``ADMIT_FRESH_S`` of when that read began (a warm process: no queue to be disabled behind);
-        a call that waited longer reads it again."""
+        ``ADMIT_FRESH_S`` of when that read began (a warm process: no queue to be disabled
+        behind); a call that waited longer reads it again."""
         if time.monotonic() - read_at <= ADMIT_FRESH_S:
             return True
         with self._uow(readonly=True) as tx:
