@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -177,6 +178,46 @@ def test_children_warm_at_low_priority_and_a_call_runs_at_the_services(
     out = run(sandbox, code)
     assert out.kind == "return", (out.kind, out.message)
     assert out.value == os.getpriority(os.PRIO_PROCESS, 0)
+
+
+def test_takers_waiting_together_each_get_a_child_of_their_own(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """A child made wakes one waiting taker (pool.py): with one warm child and six takers
+    waiting at once, each gets a distinct live child and none is handed out twice."""
+    sb = PythonSandbox(PackageStore(tmp_path_factory.mktemp("pkgs")), warm=1)
+    try:
+        taken: list[object] = []
+        errors: list[BaseException] = []
+        start = threading.Barrier(6)
+
+        def taker() -> None:
+            start.wait()
+            try:
+                child = sb.template.take(timeout=60, replenish=True)
+                taken.append(child)
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=taker) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=90)
+        assert not errors, errors
+        assert len(taken) == 6
+        assert len({c.global_pid for c in taken}) == 6  # type: ignore[attr-defined]
+        assert all(c.alive() for c in taken)  # type: ignore[attr-defined]
+        for c in taken:
+            c.close()  # type: ignore[attr-defined]
+        # A taker that gives up empty-handed does not keep the wake-up of a child made later.
+        with pytest.raises(SandboxUnavailable):
+            while True:  # empty the pool (nothing asked for in its place), then give up
+                sb.template.take(timeout=0.01, replenish=False).close()
+        sb.template.replace(None)
+        assert run(sb, "def handle(i, c):\n    return 7\n", timeout_ms=10000).value == 7
+    finally:
+        sb.close()
 
 
 def test_the_host_refuses_frames_that_are_not_json() -> None:
