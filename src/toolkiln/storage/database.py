@@ -8,6 +8,7 @@ import logging
 import re
 import sqlite3
 import threading
+import time
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -26,6 +27,7 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 MIGRATION_LOCK = zlib.crc32(b"toolkiln.migrate")
 CONNECT_TIMEOUT_S = 5
 POOL_TIMEOUT_S = 10
+BUSY_TIMEOUT_S = 30  # SQLite: how long a statement waits for another connection's lock
 UNREACHABLE = "The database is unreachable; try again shortly."
 # SQLite: the WAL is copied back into the database by a background loop (``checkpoint``,
 # every CHECKPOINT_EVERY_S), not by whichever commit crosses SQLite's default 1000 pages: that
@@ -41,6 +43,22 @@ SQLITE_OUTAGES = (
     "readonly database",
     "database or disk is full",
 )
+
+
+def _wal(cur: sqlite3.Cursor) -> None:
+    """Put the database in WAL mode. A new database's first connections race to convert it,
+    and SQLite answers the losers "database is locked" at once, without waiting in its busy
+    handler (replicas or CLI commands started together on a new data dir): so the
+    conversion is retried for as long as the busy timeout would have waited."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            cur.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc).lower() or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.005)
 
 
 def is_outage(exc: BaseException) -> bool:
@@ -67,7 +85,7 @@ class Database:
         self.is_sqlite = url.startswith("sqlite")
         kwargs: dict[str, Any] = {}
         if self.is_sqlite:
-            kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
+            kwargs["connect_args"] = {"check_same_thread": False, "timeout": BUSY_TIMEOUT_S}
             kwargs["pool_size"] = pool_size
         else:
             # Pre-ping replaces connections a restarted server dropped, so the service
@@ -95,10 +113,10 @@ class Database:
             # Let SQLAlchemy, not pysqlite, decide when transactions start.
             dbapi_conn.isolation_level = None
             cur = dbapi_conn.cursor()
-            cur.execute("PRAGMA journal_mode=WAL")
+            _wal(cur)
             cur.execute("PRAGMA synchronous=NORMAL")
             cur.execute("PRAGMA foreign_keys=ON")
-            cur.execute("PRAGMA busy_timeout=30000")
+            cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000}")
             cur.execute(f"PRAGMA wal_autocheckpoint={WAL_BACKSTOP_PAGES}")
             cur.close()
 
