@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,6 +22,7 @@ from toolkiln.domain.records import (
     Workspace,
 )
 from toolkiln.domain.tools import AUTO_DISABLE_AFTER, AUTO_DISABLE_REASON, Tool, ToolVersion
+from toolkiln.storage.prepared import Prepared
 from toolkiln.storage.tables import (
     agent_tools,
     agents,
@@ -94,7 +96,7 @@ class SqlTokens:
         self._c = conn
 
     @staticmethod
-    def _row(r: RowMapping) -> TokenRecord:
+    def _row(r: RowMapping | Mapping[str, Any]) -> TokenRecord:
         return TokenRecord(
             r["id"],
             r["workspace_id"],
@@ -122,7 +124,7 @@ class SqlTokens:
         return self._row(row) if row else None
 
     def by_hash(self, token_hash: str) -> TokenRecord | None:
-        row = self._c.execute(_TOKEN_BY_HASH, {"h": token_hash}).mappings().first()
+        row = _TOKEN_BY_HASH.first(self._c, {"h": token_hash})
         return self._row(row) if row else None
 
     def all(self, workspace_id: str | None) -> list[TokenRecord]:
@@ -157,7 +159,7 @@ class SqlTools:
         self._c = conn
 
     @staticmethod
-    def _row(r: RowMapping) -> Tool:
+    def _row(r: RowMapping | Mapping[str, Any]) -> Tool:
         values = {k: r[k] for k in _TOOL_FIELDS}
         values["created_at"] = _utc(values["created_at"])
         values["updated_at"] = _utc(values["updated_at"])
@@ -172,11 +174,12 @@ class SqlTools:
             raise Conflict("A tool with that name exists.", code="name_taken") from exc
 
     def get(self, tool_id: str) -> Tool | None:
-        row = self._c.execute(_TOOL_BY_ID, {"id": tool_id}).mappings().first()
+        row = _TOOL_BY_ID.first(self._c, {"id": tool_id})
         return self._row(row) if row else None
 
     def status(self, tool_id: str) -> str | None:
-        return self._c.execute(_TOOL_STATUS, {"id": tool_id}).scalar()
+        row = _TOOL_STATUS.first(self._c, {"id": tool_id})
+        return row["status"] if row is not None else None
 
     def by_name(self, workspace_id: str, name: str) -> Tool | None:
         q = tools.select().where(tools.c.workspace_id == workspace_id, tools.c.name == name)
@@ -274,29 +277,30 @@ class SqlTools:
         """
         key = {"b_id": tool_id}
         if failed:
-            row = self._c.execute(_COUNT_FAILURE, {**key, "b_last_error": last_error}).first()
+            row = _COUNT_FAILURE.first(self._c, {**key, "b_last_error": last_error})
         else:
-            row = self._c.execute(_COUNT_SUCCESS, key).first()
+            row = _COUNT_SUCCESS.first(self._c, key)
         if row is not None:
-            just = failed and row[1] == "disabled"
-            return CountResult(True, row[0], row[1], just)
-        row = self._c.execute(_COUNT_USAGE, key).first()
+            just = failed and row["status"] == "disabled"
+            return CountResult(True, row["failure_count"], row["status"], just)
+        row = _COUNT_USAGE.first(self._c, key)
         if row is None:
             return CountResult(False, 0, "active", False)
-        return CountResult(True, row[0], row[1], False)
+        return CountResult(True, row["failure_count"], row["status"], False)
 
 
-# Hot-path statements, built once: SQLAlchemy then reuses their compiled form.
+# The statements every invocation runs, compiled once and run on the driver's cursor
+# (storage/prepared.py).
 _t = tools.c
 _ACTIVE = (_t.id == sa.bindparam("b_id")) & (_t.status == "active")
 _REACHES = _t.failure_count + 1 >= AUTO_DISABLE_AFTER
-_COUNT_SUCCESS = (
+_COUNT_SUCCESS = Prepared(
     tools.update()
     .where(_ACTIVE)
     .values(usage_count=_t.usage_count + 1, failure_count=0)
     .returning(_t.failure_count, _t.status)
 )
-_COUNT_FAILURE = (
+_COUNT_FAILURE = Prepared(
     tools.update()
     .where(_ACTIVE)
     .values(
@@ -308,20 +312,29 @@ _COUNT_FAILURE = (
     )
     .returning(_t.failure_count, _t.status)
 )
-_COUNT_USAGE = (
+_COUNT_USAGE = Prepared(
     tools.update()
     .where(_t.id == sa.bindparam("b_id"))
     .values(usage_count=_t.usage_count + 1)
     .returning(_t.failure_count, _t.status)
 )
-_TOOL_BY_ID = tools.select().where(_t.id == sa.bindparam("id"))
-_TOKEN_BY_HASH = tokens.select().where(tokens.c.token_hash == sa.bindparam("h"))
-_TOOL_STATUS = sa.select(_t.status).where(_t.id == sa.bindparam("id"))
-_CALL_EXISTS = sa.select(tool_calls.c.id).where(
-    tool_calls.c.workspace_id == sa.bindparam("ws"), tool_calls.c.id == sa.bindparam("id")
+_TOOL_BY_ID = Prepared(tools.select().where(_t.id == sa.bindparam("id")))
+_TOKEN_BY_HASH = Prepared(tokens.select().where(tokens.c.token_hash == sa.bindparam("h")))
+_TOOL_STATUS = Prepared(sa.select(_t.status).where(_t.id == sa.bindparam("id")))
+_CALL_EXISTS = Prepared(
+    sa.select(tool_calls.c.id).where(
+        tool_calls.c.workspace_id == sa.bindparam("ws"), tool_calls.c.id == sa.bindparam("id")
+    )
 )
-_AUDIT_INSERT = audit.insert()
-_CALL_INSERT = tool_calls.insert()
+_AUDIT_KEYS = (
+    "workspace_id", "tool_call_id", "tool_id", "agent_id", "source", "event", "data", "created_at"
+)  # fmt: skip
+_AUDIT_INSERT = Prepared(audit.insert(), _AUDIT_KEYS)
+_CALL_KEYS = (
+    "id", "workspace_id", "tool_id", "version", "kind", "status", "error_code", "result",
+    "agent_id", "created_at",
+)  # fmt: skip
+_CALL_INSERT = Prepared(tool_calls.insert(), _CALL_KEYS)
 
 
 class SqlCalls:
@@ -331,8 +344,8 @@ class SqlCalls:
     def add(self, call: CallRecord) -> None:
         # No savepoint on this hot path: the service checked the id, and a race that
         # slips past it becomes a Conflict in Database.transaction.
-        self._c.execute(
-            _CALL_INSERT,
+        _CALL_INSERT.run(
+            self._c,
             {
                 "id": call.id,
                 "workspace_id": call.workspace_id,
@@ -349,7 +362,7 @@ class SqlCalls:
 
     def exists(self, workspace_id: str, call_id: str) -> bool:
         params = {"ws": workspace_id, "id": call_id}
-        return self._c.execute(_CALL_EXISTS, params).first() is not None
+        return _CALL_EXISTS.first(self._c, params) is not None
 
     def get(self, workspace_id: str | None, call_id: str) -> CallRecord | None:
         """The call with that id in the workspace; ``None`` for the workspace: the newest
@@ -386,11 +399,10 @@ class SqlAudit:
     def add(self, row: AuditRow) -> None:
         # A constant statement with parameters hits SQLAlchemy's compiled cache; building
         # insert().values(...) per row costs ~0.4 ms on the reference VM.
-        self._c.execute(_AUDIT_INSERT, self._params(row))
+        _AUDIT_INSERT.run(self._c, self._params(row))
 
     def add_many(self, rows: list[AuditRow]) -> None:
-        if rows:
-            self._c.execute(_AUDIT_INSERT, [self._params(r) for r in rows])
+        _AUDIT_INSERT.run_many(self._c, [self._params(r) for r in rows])
 
     def last_id(self, events: list[str]) -> int:
         """The newest row of these events (0 if none), by the (event, id) index."""

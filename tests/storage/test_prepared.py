@@ -1,0 +1,158 @@
+"""The statements every invocation runs on the driver's cursor (storage/prepared.py), on both
+backends: they read and write exactly what SQLAlchemy's own execution does, and their errors
+reach ``Database.transaction`` as SQLAlchemy's (a conflict, a lost connection)."""
+
+from __future__ import annotations
+
+import secrets
+from datetime import UTC, datetime
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+
+from tests.conftest import PG_URL
+from toolkiln.app import Runtime
+from toolkiln.domain.auth import Principal
+from toolkiln.domain.errors import Conflict, ServiceUnavailable
+from toolkiln.domain.ids import new_id
+from toolkiln.domain.records import AuditRow, CallRecord
+from toolkiln.domain.tools import ToolDraft
+from toolkiln.storage import repos
+from toolkiln.storage.tables import audit, tokens, tool_calls, tools
+
+
+def _tool(runtime: Runtime, ws: str) -> str:
+    writer = Principal("test-writer", ws, frozenset({"read", "write"}))
+    draft = ToolDraft(
+        f"prep-{secrets.token_hex(4)}",
+        "python",
+        "def main(**params):\n    return {'message': 'ok'}\n",
+        input_schema={"type": "object", "properties": {"q": {"type": "string"}}},
+        enable_globally=True,
+    )
+    return runtime.services.tools.create(writer, ws, draft).id
+
+
+@pytest.fixture
+def ws(runtime: Runtime) -> str:
+    return runtime.services.access.create_workspace(None, f"p-{secrets.token_hex(6)}").id
+
+
+def test_reads_give_what_sqlalchemy_gives(runtime: Runtime, ws: str) -> None:
+    """The tool and the token rows, every column (JSON, booleans, times), as SQLAlchemy's
+    own execution returns them."""
+    tool_id = _tool(runtime, ws)
+    issued = runtime.services.access.create_token(None, ws, "invoke")
+    db = runtime.database
+    with db.engine.connect() as conn:
+        want_tool = dict(conn.execute(tools.select().where(tools.c.id == tool_id)).mappings().one())
+        hashed = issued.record.token_hash
+        want_token = dict(
+            conn.execute(tokens.select().where(tokens.c.token_hash == hashed)).mappings().one()
+        )
+        got_tool = repos._TOOL_BY_ID.first(conn, {"id": tool_id})
+        got_token = repos._TOKEN_BY_HASH.first(conn, {"h": hashed})
+        assert repos._TOOL_BY_ID.first(conn, {"id": "no-such-tool"}) is None
+    assert got_tool == want_tool
+    assert got_token == want_token
+    assert isinstance(got_tool["created_at"], datetime)
+    assert got_tool["enable_globally"] is True
+    assert got_tool["input_schema"]["properties"]["q"] == {"type": "string"}
+
+
+def test_writes_store_what_sqlalchemy_reads_back(runtime: Runtime, ws: str) -> None:
+    """A call record and audit rows written by the prepared inserts, the counters by the
+    prepared update, read back through SQLAlchemy: the same values, JSON and times included."""
+    tool_id = _tool(runtime, ws)
+    call_id = new_id()
+    when = datetime(2026, 12, 1, 12, 30, 5, 123456, tzinfo=UTC)
+    result = {"status": "ok", "raw_data": {"é": [1, 2.5, None, True]}, "message": "ü\u2028"}
+    rows = [
+        AuditRow(
+            workspace_id=ws,
+            event=f"custom.e{i}",
+            data={"i": i, "text": "ctx"},
+            tool_id=tool_id,
+            tool_call_id=call_id,
+            source="api",
+            created_at=when,
+        )
+        for i in range(3)
+    ]
+    with runtime.database.transaction() as tx:
+        counted = tx.tools.count_outcome(tool_id, True, "boom")
+        tx.calls.add(
+            CallRecord(
+                call_id, ws, tool_id, 1, "invoke", "error", "runtime_error", result, None, when
+            )
+        )
+        tx.audit.add_many(rows)
+        tx.audit.add(rows[0])
+    assert (counted.found, counted.failure_count, counted.status) == (True, 1, "active")
+    with runtime.database.engine.connect() as conn:
+        stored = (
+            conn.execute(tool_calls.select().where(tool_calls.c.id == call_id)).mappings().one()
+        )
+        events = conn.execute(
+            sa.select(audit.c.event, audit.c.data, audit.c.created_at)
+            .where(audit.c.tool_call_id == call_id)
+            .order_by(audit.c.id)
+        ).all()
+        counters = conn.execute(
+            sa.select(tools.c.usage_count, tools.c.failure_count, tools.c.last_error).where(
+                tools.c.id == tool_id
+            )
+        ).one()
+    assert stored["result"] == result
+    assert (stored["status"], stored["error_code"], stored["version"]) == (
+        "error",
+        "runtime_error",
+        1,
+    )
+    assert stored["created_at"].replace(tzinfo=UTC) == when
+    assert [e[0] for e in events] == ["custom.e0", "custom.e1", "custom.e2", "custom.e0"]
+    assert events[1][1] == {"i": 1, "text": "ctx"}
+    assert tuple(counters) == (1, 1, "boom")
+    with runtime.database.transaction() as tx:
+        assert tx.calls.exists(ws, call_id)
+        assert not tx.calls.exists(ws, new_id())
+        assert tx.tools.status(tool_id) == "active"
+        assert tx.tools.status("no-such-tool") is None
+
+
+def test_a_duplicate_call_is_a_conflict_and_nothing_of_it_stays(runtime: Runtime, ws: str) -> None:
+    tool_id = _tool(runtime, ws)
+    call_id = new_id()
+    record = CallRecord(call_id, ws, tool_id, 1, "invoke", "ok", None, {}, None, datetime.now(UTC))
+    with runtime.database.transaction() as tx:
+        tx.calls.add(record)
+    with pytest.raises(Conflict):
+        with runtime.database.transaction() as tx:
+            tx.tools.count_outcome(tool_id, False, None)
+            tx.calls.add(record)
+    with runtime.database.engine.connect() as conn:
+        usage = conn.execute(sa.select(tools.c.usage_count).where(tools.c.id == tool_id)).scalar()
+    assert usage == 0  # the counter update of the failed transaction was rolled back
+
+
+def test_a_connection_lost_mid_statement_is_an_outage_and_the_pool_heals(
+    runtime: Runtime, ws: str, backend: str
+) -> None:
+    """PostgreSQL ends the transaction's connection (as a restart would): the prepared
+    statement's error is an outage (503 ``unavailable``), the dead connection is not put
+    back in the pool, and the next transaction works."""
+    if backend != "postgresql":
+        pytest.skip("a SQLite connection is a file handle: there is no server to lose")
+    tool_id = _tool(runtime, ws)
+    admin_url = PG_URL.replace("postgresql+psycopg://", "postgresql://")
+    with pytest.raises(ServiceUnavailable):
+        with runtime.database.transaction() as tx:
+            conn = tx.tools._c
+            pid = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar()
+            with psycopg.connect(admin_url, autocommit=True) as other:
+                other.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            tx.tools.count_outcome(tool_id, False, None)
+    for _ in range(runtime.database.engine.pool.size() + 1):  # every pooled connection works
+        with runtime.database.transaction() as tx:
+            assert tx.tools.status(tool_id) == "active"
