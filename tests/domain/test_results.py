@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict, fields
+
 from toolkiln.domain.execution import RunOutcome
-from toolkiln.domain.results import shape
+from toolkiln.domain.results import Result, shape
 
 
 def ok(value: object, entry: str = "main") -> dict:
@@ -56,3 +58,29 @@ def test_render_and_interactive_are_validated() -> None:
         {"message": "m", "_llm": 5},
     ]:
         assert ok(bad)["error"]["code"] == "invalid_result", bad
+
+
+def test_a_result_as_a_dict_holds_every_field_as_asdict_would() -> None:
+    """``Result.as_dict`` is written out (asdict deep-copied a tool's whole raw_data for each
+    dict a call makes): it must still hold every field, with the same values."""
+    r = Result(
+        "call-1",
+        "tool-1",
+        3,
+        "error",
+        message="m",
+        raw_data={"rows": [1, {"a": None}]},
+        llm="for the model",
+        render={"kind": "table"},
+        interactive={"buttons": []},
+        error={"code": "runtime_error", "message": "x", "details": {"line": 2}},
+        duration_ms=1.5,
+        ctx_calls=2,
+        logs={"stdout": "out", "stderr": "err"},
+    )
+    shown = r.as_dict()
+    assert list(shown) == [f.name for f in fields(Result)]
+    assert shown == asdict(r)
+    shown["error"]["extra"] = 1  # a caller adding to the error or logs changes no Result
+    shown["logs"]["stdout"] = "changed"
+    assert r.error is not None and "extra" not in r.error and r.logs["stdout"] == "out"

@@ -5,7 +5,9 @@ reach ``Database.transaction`` as SQLAlchemy's (a conflict, a lost connection)."
 from __future__ import annotations
 
 import secrets
+import sqlite3
 from datetime import UTC, datetime
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -18,7 +20,8 @@ from toolkiln.domain.errors import Conflict, ServiceUnavailable
 from toolkiln.domain.ids import new_id
 from toolkiln.domain.records import AuditRow, CallRecord
 from toolkiln.domain.tools import ToolDraft
-from toolkiln.storage import repos
+from toolkiln.storage import database, repos
+from toolkiln.storage.database import Database
 from toolkiln.storage.tables import audit, tokens, tool_calls, tools
 
 
@@ -156,3 +159,27 @@ def test_a_connection_lost_mid_statement_is_an_outage_and_the_pool_heals(
     for _ in range(runtime.database.engine.pool.size() + 1):  # every pooled connection works
         with runtime.database.transaction() as tx:
             assert tx.tools.status(tool_id) == "active"
+
+
+def test_a_write_lock_held_past_the_busy_timeout_is_an_outage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite: every transaction begins on the driver's cursor; another process holding the
+    write lock longer than the busy timeout makes that a 503 ``unavailable`` (not a 500), and
+    the database works again once the lock is gone."""
+    monkeypatch.setattr(database, "BUSY_TIMEOUT_S", 0.2)
+    url = f"sqlite:///{tmp_path / 'locked.db'}"
+    db = Database(url, pool_size=1)
+    try:
+        db.migrate()
+        other = sqlite3.connect(tmp_path / "locked.db", isolation_level=None)
+        other.execute("BEGIN EXCLUSIVE")
+        with pytest.raises(ServiceUnavailable):
+            with db.transaction() as tx:
+                tx.tools.status("any")
+        other.execute("ROLLBACK")
+        other.close()
+        with db.transaction() as tx:
+            assert tx.tools.status("any") is None
+    finally:
+        db.dispose()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from toolkiln.domain.execution import RunOutcome
@@ -38,7 +38,25 @@ class Result:
     logs: dict[str, str] = field(default_factory=lambda: {"stdout": "", "stderr": ""})
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Every field, in field order. The values are JSON the Result does not change once
+        made, so they are shared, not deep-copied as ``dataclasses.asdict`` did (a tool's whole
+        ``raw_data``, copied for each of the dicts a call makes); ``error`` and ``logs`` are
+        copied one level, so a caller may add to them."""
+        return {
+            "tool_call_id": self.tool_call_id,
+            "tool_id": self.tool_id,
+            "version": self.version,
+            "status": self.status,
+            "message": self.message,
+            "raw_data": self.raw_data,
+            "llm": self.llm,
+            "render": self.render,
+            "interactive": self.interactive,
+            "error": dict(self.error) if self.error is not None else None,
+            "duration_ms": self.duration_ms,
+            "ctx_calls": self.ctx_calls,
+            "logs": dict(self.logs),
+        }
 
     @property
     def counts_as_failure(self) -> bool:

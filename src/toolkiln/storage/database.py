@@ -19,6 +19,7 @@ import anyio
 import sqlalchemy as sa
 
 from toolkiln.domain.errors import Conflict, ServiceUnavailable
+from toolkiln.storage.prepared import on_cursor
 from toolkiln.storage.repos import SqlUnitOfWork
 
 log = logging.getLogger("toolkiln.storage")
@@ -125,8 +126,9 @@ class Database:
             # Writers take the lock up front (IMMEDIATE), so concurrent writers queue on
             # busy_timeout instead of failing with "database is locked" on upgrade;
             # readers use a plain BEGIN and never wait for writers (WAL).
+            # On the driver's cursor (storage/prepared.py): every transaction begins here.
             readonly = conn.info.get("toolkiln_readonly", False)
-            conn.exec_driver_sql("BEGIN" if readonly else "BEGIN IMMEDIATE")
+            on_cursor(conn, "BEGIN" if readonly else "BEGIN IMMEDIATE")
 
     @contextmanager
     def transaction(self, readonly: bool = False) -> Iterator[SqlUnitOfWork]:

@@ -93,35 +93,42 @@ class Prepared:
 
     def _run(self, conn: Connection, c: _Compiled, rows: list[dict[str, Any]], many: bool) -> Any:
         args = [_arguments(c, r) for r in rows]
-        fairy = conn.connection  # the pooled connection of this transaction
-        dbapi = fairy.dbapi_connection
-        assert dbapi is not None
-        dialect = conn.dialect
-        cursor = dbapi.cursor()
+        return on_cursor(conn, c.sql, args if many else args[0], many=many, fetch=bool(c.columns))
+
+
+def on_cursor(
+    conn: Connection, sql: str, args: Any = (), *, many: bool = False, fetch: bool = False
+) -> Any:
+    """``sql`` on the driver's cursor of ``conn``'s transaction; the first row if ``fetch``.
+    A driver error is raised as SQLAlchemy's (a lost connection invalidated first)."""
+    dbapi = conn.connection.dbapi_connection  # the pooled connection of this transaction
+    assert dbapi is not None
+    dialect = conn.dialect
+    cursor = dbapi.cursor()
+    try:
+        if many:
+            cursor.executemany(sql, args)
+            return None
+        cursor.execute(sql, args)
+        return cursor.fetchone() if fetch else None
+    except dialect.loaded_dbapi.Error as exc:
+        lost = dialect.is_disconnect(exc, dbapi, cursor)
+        if lost:
+            conn.invalidate(exc)
+        raise sa.exc.DBAPIError.instance(
+            sql,
+            args,
+            exc,
+            dialect.loaded_dbapi.Error,
+            hide_parameters=True,
+            connection_invalidated=lost,
+            dialect=dialect,
+        ) from exc
+    finally:
         try:
-            if many:
-                cursor.executemany(c.sql, args)
-                return None
-            cursor.execute(c.sql, args[0])
-            return cursor.fetchone() if c.columns else None
-        except dialect.loaded_dbapi.Error as exc:
-            lost = dialect.is_disconnect(exc, dbapi, cursor)
-            if lost:
-                conn.invalidate(exc)
-            raise sa.exc.DBAPIError.instance(
-                c.sql,
-                args if many else args[0],
-                exc,
-                dialect.loaded_dbapi.Error,
-                hide_parameters=True,
-                connection_invalidated=lost,
-                dialect=dialect,
-            ) from exc
-        finally:
-            try:
-                cursor.close()
-            except dialect.loaded_dbapi.Error:
-                pass  # the connection is gone; the error above says so
+            cursor.close()
+        except dialect.loaded_dbapi.Error:
+            pass  # the connection is gone; the error above says so
 
 
 def _arguments(c: _Compiled, params: dict[str, Any]) -> Any:
