@@ -5,6 +5,9 @@ from __future__ import annotations
 from fastapi.testclient import TestClient
 
 from tests.conftest import Space, seed_tool
+from toolkiln.api.app import create_app
+from toolkiln.api.routes import invoke as invoke_routes
+from toolkiln.app import Runtime
 
 
 def make(client: TestClient, space: Space, rw, code: str, **over: object) -> dict:
@@ -210,3 +213,47 @@ def test_scopes_for_invoking(client: TestClient, space: Space, other_space: Spac
         ).status_code
         == 403
     )
+
+
+def test_the_invoke_fast_path_answers_as_fastapis_route(
+    runtime: Runtime, client: TestClient, space: Space, rw
+) -> None:
+    """The invoke route's fast path (api/routes/invoke.py) and FastAPI's own route give the
+    same answers, good and bad: the same app without the fast path is the reference."""
+    reference = create_app(runtime.services)
+    reference.router.routes[:] = [
+        r for r in reference.router.routes if not isinstance(r, invoke_routes.FastInvoke)
+    ]
+    assert any(isinstance(r, invoke_routes.FastInvoke) for r in client.app.router.routes)
+    tool = make(client, space, rw, "def main(**params):\n    return {'message': 'ok'}\n")
+    url = f"/v1/custom-tools/{tool['id']}/invoke"
+    json_h = {**rw, "content-type": "application/json"}
+    cases: list[tuple[str, str, dict[str, str], bytes | None]] = [
+        ("POST", url, json_h, b'{"input": {}}'),
+        ("POST", url, json_h, b'{"input": {}, "unknown": 1}'),
+        ("POST", url, json_h, b'{"input": {}, "agent_id": 7}'),
+        ("POST", url, json_h, b'{"input": {}, "tool_call_id": ""}'),
+        ("POST", url, json_h, b'{"input": '),
+        ("POST", url, json_h, b"[]"),
+        ("POST", url, json_h, b"null"),
+        ("POST", url, json_h, b'{"input": NaN}'),
+        ("POST", url, json_h, b"\xff\xfe"),
+        ("POST", url, rw, None),
+        ("POST", url, {"content-type": "application/json"}, b'{"input": {}}'),
+        ("POST", url, {**json_h, "authorization": "Bearer tk_wrong"}, b'{"input": {}}'),
+        ("POST", url.replace(tool["id"], "no-such-tool"), json_h, b'{"input": {}}'),
+        ("GET", url, rw, None),
+    ]
+    with TestClient(reference, raise_server_exceptions=False) as slow:
+        for method, path, headers, body in cases:
+            fast_r = client.request(method, path, headers=headers, content=body)
+            slow_r = slow.request(method, path, headers=headers, content=body)
+            assert fast_r.status_code == slow_r.status_code, (body, fast_r.text, slow_r.text)
+            got, want = fast_r.json(), slow_r.json()
+            if fast_r.status_code == 200:  # two calls: ids and times differ, nothing else
+                for answer in (got, want):
+                    answer["data"].update(tool_call_id="", duration_ms=0)
+            assert got == want, body
+            assert fast_r.headers.get("www-authenticate") == slow_r.headers.get("www-authenticate")
+    document = client.get("/openapi.json").json()
+    assert "post" in document["paths"]["/v1/custom-tools/{tool_id}/invoke"]

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+from starlette.routing import Match, Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolkiln.api import models, serialize
 from toolkiln.api.deps import Caller, Svc, bearer_of
@@ -40,6 +44,10 @@ async def invoke_tool(tool_id: str, body: models.InvokeIn, request: Request) -> 
     # The token is checked by the invoke's own read rather than by the Caller dependency
     # (a dependency of its own would cost a read transaction and, sync, a thread hop), and
     # the work runs on the app's own thread pool (api/offload.py), not FastAPI's hand-off.
+    return await _invoke(request, tool_id, body)
+
+
+async def _invoke(request: Request, tool_id: str, body: models.InvokeIn) -> JSONResponse:
     svc: Services = request.app.state.services
     offload: Offload = request.app.state.offload
     context = CallContext(
@@ -54,6 +62,75 @@ async def invoke_tool(tool_id: str, body: models.InvokeIn, request: Request) -> 
     # The Result is built by the domain: hand FastAPI a finished response instead of having
     # it validate and re-encode the dict (response_model stays for the document).
     return JSONResponse({"data": result.as_dict()})
+
+
+_FALLBACK = "toolkiln.invoke.fallback"
+
+
+class FastInvoke(Route):
+    """``POST /v1/custom-tools/{tool_id}/invoke`` for a body that is valid, without FastAPI's
+    request handling (routing through the included routers, dependency solving, parameter
+    validation): the route every tool call takes (docs/benchmarks.md). The body is parsed and
+    validated as FastAPI does it (``json.loads``, then the same model); anything else (not
+    JSON, invalid, no body) goes to FastAPI's own route above, whose answers (its 422s) are
+    the document's. Errors of the call itself reach the app's exception handlers as from any
+    route. Mounted first by ``create_app``."""
+
+    def __init__(self, fallback: ASGIApp) -> None:
+        super().__init__(
+            "/v1/custom-tools/{tool_id}/invoke",
+            _Asgi(self._serve),  # an ASGI app, not a request-response function
+            methods=["POST"],
+            name="invoke_tool",
+            include_in_schema=False,
+        )
+        self._fallback = fallback
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        if scope.get(_FALLBACK):
+            return Match.NONE, {}
+        return super().matches(scope)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
+        chunks: list[bytes] = []
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        raw = b"".join(chunks)
+        try:
+            body = models.InvokeIn.model_validate(json.loads(raw))
+        except (ValueError, ValidationError):  # not JSON, or not a valid body: FastAPI's answer
+            scope[_FALLBACK] = True
+            await self._fallback(scope, _replay(raw, receive), send)
+            return
+        request = Request(scope, receive)
+        response = await _invoke(request, scope["path_params"]["tool_id"], body)
+        await response(scope, receive, send)
+
+
+class _Asgi:
+    def __init__(self, app: ASGIApp) -> None:
+        self._app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._app(scope, receive, send)
+
+
+def _replay(raw: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if sent:
+            return await receive()
+        sent = True
+        return {"type": "http.request", "body": raw, "more_body": False}
+
+    return replay
 
 
 @router.post("/run-code", response_model=models.One[models.Result])
