@@ -43,18 +43,24 @@ class Code:
 class _Link:
     """One run's RunLink: ctx calls go to the router with this run's origin."""
 
-    __slots__ = ("_admit", "_from_code", "_origin")
+    __slots__ = ("_admit", "_by_code", "_from_code", "_origin")
 
     def __init__(self, origin: Origin, from_code: FromCode, admit: Callable[[], bool]) -> None:
         self._origin = origin
         self._from_code = from_code
         self._admit = admit
+        self._by_code: Origin | None = None  # origin.from_code(), made once (it is frozen)
 
     def admit(self) -> bool:
         return self._admit()
 
+    def _code(self) -> Origin:
+        if self._by_code is None:
+            self._by_code = self._origin.from_code()
+        return self._by_code
+
     def call(self, name: str, payload: Any) -> Any:
-        return self._from_code(self._origin.from_code(), name, payload)
+        return self._from_code(self._code(), name, payload)
 
     def audit(self, event: str, data: Any) -> None:
         """``custom.<event>`` with ``data`` exactly as given. The sandbox side caps rows and
@@ -64,8 +70,7 @@ class _Link:
             return
         if text_problems("event", event) or text_problems("data", data):
             return
-        origin = self._origin
-        origin.rows.append(origin.from_code().row(f"custom.{event}", data))
+        self._origin.rows.append(self._code().row(f"custom.{event}", data))
 
 
 class Runs:
