@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -18,6 +20,7 @@ from toolkiln.sandbox import runner as runner_module
 from toolkiln.sandbox.packages import PYTHON_PACKAGES, PackageStore
 from toolkiln.sandbox.pool import SandboxUnavailable
 from toolkiln.sandbox.runner import PythonSandbox
+from toolkiln.sandbox.uids import UidRange
 
 
 @pytest.fixture(scope="module")
@@ -349,3 +352,54 @@ def test_collapsing_the_template_heap_keeps_its_content() -> None:
         pytest.skip("this kernel collapsed nothing (MADV_COLLAPSE needs Linux 6.1 and THP)")
     assert area[:] == pattern
     area.close()
+
+
+CRASHED = """
+import os, sys
+from pathlib import Path
+from toolkiln.sandbox.packages import PackageStore
+from toolkiln.sandbox.runner import PythonSandbox
+from toolkiln.sandbox.uids import UidRange
+sb = PythonSandbox(PackageStore(Path(sys.argv[1])), warm=1, name="leftover-test")
+print(sb.uids.slot, *sb.cgroups.roots, flush=True)
+os.kill(os.getpid(), 9)  # dies holding its cgroups, as a crashed service does
+"""
+
+
+def test_cgroups_a_crashed_sandbox_left_are_reused_and_removed_by_its_slots_next(
+    tmp_path: Path,
+) -> None:
+    """A sandbox's cgroups are named by its uid slot: those of a process killed before it
+    could close them are taken over by the next sandbox of that slot and name, and removed
+    when it closes (named by object id, every crash left a tree for good)."""
+    out = subprocess.run(
+        [sys.executable, "-c", CRASHED, str(tmp_path)], capture_output=True, text=True
+    )
+    slot_text, *root_texts = out.stdout.split()
+    roots = [Path(r) for r in root_texts]
+    assert roots and all(r.is_dir() for r in roots), out.stderr
+    held = []  # hold every lower free slot, so the next sandbox gets the dead one's
+    try:
+        while True:
+            claim = UidRange()
+            if claim.slot == int(slot_text):
+                claim.release()
+                break
+            held.append(claim)
+        deadline = time.monotonic() + 10
+        while True:  # its template and children may take a moment to be gone
+            try:
+                sb = PythonSandbox(PackageStore(tmp_path), warm=1, name="leftover-test")
+                break
+            except SandboxUnavailable:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+    finally:
+        for claim in held:
+            claim.release()
+    try:
+        assert sb.cgroups is not None and sb.cgroups.roots == roots
+        assert run(sb, "def handle(i, c):\n    return 7\n").value == 7
+    finally:
+        sb.close()
+    assert not any(r.exists() for r in roots)

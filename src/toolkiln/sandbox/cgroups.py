@@ -64,6 +64,10 @@ class Cgroups:
                 self.roots.append(V1 / "cpu" / f"toolkiln-{name}")
             for root in self.roots:
                 root.mkdir(exist_ok=True)
+        for root in self.roots:  # what a process of the same name died holding (runner.py)
+            for slot in root.glob("slot*"):
+                with contextlib.suppress(OSError):  # still holding a dying process: reused
+                    os.rmdir(slot)
 
     @staticmethod
     def _v2_has(path: Path, wanted: set[str]) -> bool:

@@ -121,8 +121,14 @@ class PythonSandbox:
             "curated": {k: v[0] for k, v in PYTHON_PACKAGES.items()},
         }
         try:
+            # Named by the uid slot, which is this sandbox's alone while it lives: what a
+            # process that died without closing left is the next one of its slot's to reuse
+            # and remove, so leftovers cannot pile up (one id-named tree per crash did).
             cgroups: Cgroups | None = Cgroups(
-                f"{name}-{id(self):x}", lim.memory_mb * 1024 * 1024, lim.max_threads + 4, lim.cpus
+                f"{name}-u{self.uids.slot}",
+                lim.memory_mb * 1024 * 1024,
+                lim.max_threads + 4,
+                lim.cpus,
             )
         except OSError as exc:
             log.error("cgroups unavailable: %s", exc)

@@ -66,6 +66,7 @@ class UidRange:
                 os.close(fd)
                 continue
             self._fd: int | None = fd
+            self.slot = slot
             self.first = FIRST_UID + slot * UIDS_PER_SANDBOX
             self.count = UIDS_PER_SANDBOX
             return
