@@ -11,14 +11,17 @@ caps hold for the whole tree of runs of one call.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 V1 = Path("/sys/fs/cgroup")
 V2_CANDIDATES = (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified"))
 CPU_PERIOD_US = 100_000
+CLOSE_WAIT_S = 2.0  # how long close waits for a slot whose last process was just reaped
 
 
 @dataclass(slots=True)
@@ -161,10 +164,20 @@ class Cgroups:
                 self._free.append(handle)
 
     def close(self) -> None:
+        """Remove the slots and the roots. A slot whose last process has only just been
+        reaped can still count as in use for a moment (EBUSY): it is tried again for up to
+        CLOSE_WAIT_S, so a clean close leaves nothing behind."""
+        deadline = time.monotonic() + CLOSE_WAIT_S
         for root in self.roots:
             for slot in root.glob("slot*"):
-                with contextlib.suppress(OSError):
-                    os.rmdir(slot)
+                while True:
+                    try:
+                        os.rmdir(slot)
+                    except OSError as exc:
+                        if exc.errno == errno.EBUSY and time.monotonic() < deadline:
+                            time.sleep(0.01)
+                            continue
+                    break
             with contextlib.suppress(OSError):
                 root.rmdir()
 
