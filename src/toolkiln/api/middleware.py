@@ -63,17 +63,7 @@ class BodyLimit:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
-        body = b"".join(chunks)
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replay_body(b"".join(chunks), receive), send)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         response = envelope(
@@ -83,6 +73,21 @@ class BodyLimit:
             {"max_bytes": self.max_bytes},
         )
         await response(scope, receive, send)
+
+
+def replay_body(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that gives the whole body, already read, in one message, then whatever
+    ``receive`` gives (a disconnect)."""
+    replayed = False
+
+    async def replay() -> Message:
+        nonlocal replayed
+        if replayed:
+            return await receive()
+        replayed = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
 
 
 class NoNul:

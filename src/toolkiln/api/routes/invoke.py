@@ -9,10 +9,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.routing import Match, Route
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from toolkiln.api import models, serialize
 from toolkiln.api.deps import Caller, Svc, bearer_of
+from toolkiln.api.middleware import replay_body
 from toolkiln.api.offload import Offload
 from toolkiln.api.routes.tools import draft_of
 from toolkiln.domain.auth import Bearer
@@ -105,7 +106,7 @@ class FastInvoke(Route):
             body = models.InvokeIn.model_validate(json.loads(raw))
         except (ValueError, ValidationError):  # not JSON, or not a valid body: FastAPI's answer
             scope[_FALLBACK] = True
-            await self._fallback(scope, _replay(raw, receive), send)
+            await self._fallback(scope, replay_body(raw, receive), send)
             return
         request = Request(scope, receive)
         response = await _invoke(request, scope["path_params"]["tool_id"], body)
@@ -118,19 +119,6 @@ class _Asgi:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self._app(scope, receive, send)
-
-
-def _replay(raw: bytes, receive: Receive) -> Receive:
-    sent = False
-
-    async def replay() -> Message:
-        nonlocal sent
-        if sent:
-            return await receive()
-        sent = True
-        return {"type": "http.request", "body": raw, "more_body": False}
-
-    return replay
 
 
 @router.post("/run-code", response_model=models.One[models.Result])
