@@ -403,3 +403,30 @@ def test_cgroups_a_crashed_sandbox_left_are_reused_and_removed_by_its_slots_next
     finally:
         sb.close()
     assert not any(r.exists() for r in roots)
+
+
+class _FewUids(PythonSandbox):
+    """A sandbox whose template may have only warm + 1 children alive at once."""
+
+    def _configure(self, config: dict[str, object]) -> None:
+        config["uid_count"] = int(config["warm"]) + 1  # type: ignore[call-overload]
+
+
+def test_a_template_at_its_uid_capacity_makes_the_children_it_owes(
+    tmp_path: Path,
+) -> None:
+    """Children owed (every replacement: the template makes one for each child it reaps;
+    and any asked for while every uid is in use) are made as soon as a uid is free, so the
+    pool keeps serving at its uid capacity. (The template's reap used to return before the
+    code that made them: with replacements made on reap, no call found a second child.)"""
+    sb = _FewUids(PackageStore(tmp_path), warm=2)
+    try:
+        for _ in range(12):
+            out = run(sb, "def handle(i, c):\n    return 7\n", timeout_ms=5000)
+            assert (out.kind, out.value) == ("return", 7), out.message
+        deadline = time.monotonic() + 10
+        while sb.template.health()["warm"] < 2:
+            assert time.monotonic() < deadline, sb.template.health()
+            time.sleep(0.05)
+    finally:
+        sb.close()

@@ -62,6 +62,7 @@ class JavaScriptSandbox(PythonSandbox):
         config["preload"] = ["asyncio", "json", "re"]
         config["curated"] = {}
         config["warm_nice"] = 0  # a worker serves calls for its whole life
+        config["replace_on_exit"] = False  # a retired worker's successor is asked for
 
     packages: JsPackageStore
 

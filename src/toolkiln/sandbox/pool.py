@@ -355,7 +355,10 @@ class Template:
         child.close()
 
     def replace(self, child: WarmChild | None = None) -> None:
-        """Ask for one more child (a worker was retired); none for a dead template's."""
+        """Ask for one more child (a worker was retired); none for a dead template's, and
+        none where the template makes one for each child it reaps (``replace_on_exit``)."""
+        if self.config.get("replace_on_exit"):
+            return
         if child is None or (self._gen is not None and child.gen == self._gen.number):
             self._request(1)
 
@@ -391,7 +394,8 @@ class Template:
                         dead.append(child)
                         if child.gen == current:
                             self._discarded += 1
-                            self._request(1)
+                            if not self.config.get("replace_on_exit"):
+                                self._request(1)
                     left = deadline - time.monotonic()
                     if left <= 0:
                         if not self.alive:

@@ -109,6 +109,9 @@ class PythonSandbox:
             "uid_count": self.uids.count,
             "warm": warm,
             "warm_nice": WARM_NICE,
+            # A child serves one call: the template makes a new one for each it reaps, so
+            # the call's thread does not wake it to ask (docs/benchmarks.md).
+            "replace_on_exit": True,
             "max_cpu_s": lim.max_cpu_s,
             "address_space_mb": lim.memory_mb + 512,
             "max_threads": lim.max_threads,
@@ -328,16 +331,15 @@ class PythonSandbox:
         """Hook for other runtimes on the same jail."""
 
     def _take(self, req: RunRequest, timeout: float) -> WarmChild:
-        # The replacement is asked for when this call ends (_release), not now: forking it
-        # while the call runs took a core from the call in flight (docs/benchmarks.md).
+        # The replacement is made when this child has ended (the template reaps it), not
+        # now: forking it while the call runs took a core from the call in flight.
         return self.template.take(timeout=timeout, replenish=False)
 
     def _release(self, child: WarmChild, outcome: RunOutcome | None, clean: bool) -> None:
-        """A Python child serves one call: it is killed whatever happened, and another is
-        asked for."""
+        """A Python child serves one call: it is killed whatever happened (the template
+        makes another when it reaps it)."""
         child.close()
-        # None for a dead template's child: its successor makes its own.
-        self.template.replace(child)
+        self.template.replace(child)  # nothing to ask for where the template replaces itself
         if outcome is not None and outcome.kind not in {"crash", "violation", "memory"}:
             self.template.forget_exit(child)
 
