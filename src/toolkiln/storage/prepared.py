@@ -51,7 +51,7 @@ class Prepared:
         if found is not None:
             return found
         compiled = self._statement.compile(dialect=dialect, column_keys=self._keys)
-        binds = compiled.binds
+        binds = {name: bind for bind, name in compiled.bind_names.items()}  # as the SQL names them
         names = tuple(compiled.positiontup or ()) if dialect.positional else tuple(binds)
         fixed = {n: b.effective_value for n, b in binds.items() if not b.required}
         procs = []
