@@ -219,7 +219,8 @@ def test_the_invoke_fast_path_answers_as_fastapis_route(
     runtime: Runtime, client: TestClient, space: Space, rw
 ) -> None:
     """The invoke route's fast path (api/routes/invoke.py) and FastAPI's own route give the
-    same answers, good and bad: the same app without the fast path is the reference."""
+    same answers, good and bad (bodies, content types, tokens): the same app without the fast
+    path is the reference."""
     reference = create_app(runtime.services)
     reference.router.routes[:] = [
         r for r in reference.router.routes if not isinstance(r, invoke_routes.FastInvoke)
@@ -239,6 +240,13 @@ def test_the_invoke_fast_path_answers_as_fastapis_route(
         ("POST", url, json_h, b'{"input": NaN}'),
         ("POST", url, json_h, b"\xff\xfe"),
         ("POST", url, rw, None),
+        ("POST", url, rw, b'{"input": {}}'),  # no Content-Type
+        ("POST", url, {**rw, "content-type": ""}, b'{"input": {}}'),
+        ("POST", url, {**rw, "content-type": ";"}, b'{"input": {}}'),
+        ("POST", url, {**rw, "content-type": "text/plain"}, b'{"input": {}}'),
+        ("POST", url, {**rw, "content-type": "application/vnd.x+json"}, b'{"input": {}}'),
+        ("POST", url, {**rw, "content-type": "Application/JSON; charset=utf-8"}, b'{"input": {}}'),
+        ("POST", url, json_h, b'{"input": ' * 5000 + b"1" + b"}" * 5000),
         ("POST", url, {"content-type": "application/json"}, b'{"input": {}}'),
         ("POST", url, {**json_h, "authorization": "Bearer tk_wrong"}, b'{"input": {}}'),
         ("POST", url.replace(tool["id"], "no-such-tool"), json_h, b'{"input": {}}'),

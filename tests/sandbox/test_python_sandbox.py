@@ -430,3 +430,36 @@ def test_a_template_at_its_uid_capacity_makes_the_children_it_owes(
             time.sleep(0.05)
     finally:
         sb.close()
+
+
+def test_children_the_host_throws_away_are_not_replaced_without_end(tmp_path: Path) -> None:
+    """Only a child that served a call is replaced when its end is reported: one the host
+    throws away (here: its cgroup cannot be joined, in strict mode) is not, so a fault in
+    every new child cannot turn into a loop of forks (review: 1831 in 2 s when the template
+    replaced every child it reaped)."""
+    sb = PythonSandbox(PackageStore(tmp_path), warm=2)
+    try:
+        assert sb.cgroups is not None
+        assert run(sb, "def handle(i, c):\n    return 7\n").value == 7
+        deadline = time.monotonic() + 10
+        while sb.template.health()["warm"] < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        adopted = 0
+        adopt = sb.template._adopt
+
+        def counting(*args: object) -> None:
+            nonlocal adopted
+            adopted += 1
+            adopt(*args)  # type: ignore[arg-type]
+
+        def refuse(pid: int) -> None:
+            raise OSError("cgroup refused (test)")
+
+        sb.template._adopt = counting  # type: ignore[method-assign]
+        sb.cgroups.attach = refuse  # type: ignore[method-assign,assignment]
+        assert run(sb, "def handle(i, c):\n    return 8\n").value == 8  # a warm child serves
+        time.sleep(1.0)
+        assert adopted <= 2, adopted  # its replacement, thrown away, and nothing after it
+    finally:
+        sb.close()

@@ -35,9 +35,9 @@ class BodyLimit:
         if length.isdigit() and int(length) > self.max_bytes:
             await self._refuse(scope, receive, send)
             return
-        kind = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
+        kind = content_kind(headers.get(b"content-type", b""))
         has_body = (length.isdigit() and int(length) > 0) or b"transfer-encoding" in headers
-        if has_body and kind and not (kind == b"application/json" or kind.endswith(b"+json")):
+        if has_body and kind and not is_json(kind):
             response = envelope(
                 415,
                 "unsupported_media_type",
@@ -73,6 +73,19 @@ class BodyLimit:
             {"max_bytes": self.max_bytes},
         )
         await response(scope, receive, send)
+
+
+def content_kind(header: bytes) -> bytes:
+    """A Content-Type header's media type, lower-case, without its parameters."""
+    return header.split(b";")[0].strip().lower()
+
+
+def is_json(kind: bytes) -> bool:
+    """Whether a media type is JSON (``application/json``, ``application/*+json``): what the
+    body cap lets through, and what FastAPI reads as JSON."""
+    return kind == b"application/json" or (
+        kind.startswith(b"application/") and kind.endswith(b"+json")
+    )
 
 
 def replay_body(body: bytes, receive: Receive) -> Receive:

@@ -161,6 +161,10 @@ class Template:
     def __post_init__(self) -> None:
         self._ready: collections.deque[WarmChild] = collections.deque()
         self._exits: dict[tuple[int, int], ExitInfo] = {}
+        # Children handed out whose end is to be replaced (``replace_on_exit``): the reader
+        # thread asks for the replacement when the template reports the end, so the call's
+        # own thread never wakes the template (docs/benchmarks.md, step 32).
+        self._served: set[tuple[int, int]] = set()
         self._handles: dict[tuple[int, int], Handle | None] = {}
         # One lock, and one condition per kind of waiter, so that a child made or ended wakes
         # only those waiting for it: takers (a child ready), the runners waiting for their
@@ -266,6 +270,7 @@ class Template:
                 return
             gen.alive = False
             self._dead_gens.add(gen.number)
+            self._served = {k for k in self._served if k[0] != gen.number}
             if not self._closed.is_set():
                 self._degraded = "the sandbox template died; restarting it"
                 log.error("sandbox template (generation %d) died; restarting it", gen.number)
@@ -307,6 +312,10 @@ class Template:
         key = (gen.number, int(msg["pid"]))
         with self._cond:
             handle = self._handles.pop(key, None)
+            served = key in self._served
+            self._served.discard(key)
+        if served and gen.alive:
+            gen.request(1)  # a child that served a call: never one discarded or dead unused
         oom = self.cgroups.oom_killed(handle) if self.cgroups else False
         if self.cgroups:
             self.cgroups.release(handle)
@@ -356,7 +365,7 @@ class Template:
 
     def replace(self, child: WarmChild | None = None) -> None:
         """Ask for one more child (a worker was retired); none for a dead template's, and
-        none where the template makes one for each child it reaps (``replace_on_exit``)."""
+        none where the end of each child handed out is replaced (``replace_on_exit``)."""
         if self.config.get("replace_on_exit"):
             return
         if child is None or (self._gen is not None and child.gen == self._gen.number):
@@ -388,14 +397,15 @@ class Template:
                         child = self._ready.popleft()
                         if child.gen == current and child.alive():
                             child.hurry()
+                            if self.config.get("replace_on_exit"):
+                                self._served.add((child.gen, child.pid))
                             if replenish:
                                 self._request(1)  # keep the pool warm while this one works
                             return child
                         dead.append(child)
                         if child.gen == current:
                             self._discarded += 1
-                            if not self.config.get("replace_on_exit"):
-                                self._request(1)
+                            self._request(1)
                     left = deadline - time.monotonic()
                     if left <= 0:
                         if not self.alive:

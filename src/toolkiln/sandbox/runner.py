@@ -109,8 +109,8 @@ class PythonSandbox:
             "uid_count": self.uids.count,
             "warm": warm,
             "warm_nice": WARM_NICE,
-            # A child serves one call: the template makes a new one for each it reaps, so
-            # the call's thread does not wake it to ask (docs/benchmarks.md).
+            # A child serves one call: its replacement is asked for by the pool's reader
+            # thread when its end is reported, not by the call's thread (pool.py).
             "replace_on_exit": True,
             "max_cpu_s": lim.max_cpu_s,
             "address_space_mb": lim.memory_mb + 512,
@@ -331,15 +331,15 @@ class PythonSandbox:
         """Hook for other runtimes on the same jail."""
 
     def _take(self, req: RunRequest, timeout: float) -> WarmChild:
-        # The replacement is made when this child has ended (the template reaps it), not
+        # The replacement is asked for when this child's end is reported (pool.py), not
         # now: forking it while the call runs took a core from the call in flight.
         return self.template.take(timeout=timeout, replenish=False)
 
     def _release(self, child: WarmChild, outcome: RunOutcome | None, clean: bool) -> None:
-        """A Python child serves one call: it is killed whatever happened (the template
-        makes another when it reaps it)."""
+        """A Python child serves one call: it is killed whatever happened (another is
+        asked for when its end is reported)."""
         child.close()
-        self.template.replace(child)  # nothing to ask for where the template replaces itself
+        self.template.replace(child)  # nothing to ask for where ends are replaced
         if outcome is not None and outcome.kind not in {"crash", "violation", "memory"}:
             self.template.forget_exit(child)
 

@@ -13,7 +13,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from toolkiln.api import models, serialize
 from toolkiln.api.deps import Caller, Svc, bearer_of
-from toolkiln.api.middleware import replay_body
+from toolkiln.api.middleware import content_kind, is_json, replay_body
 from toolkiln.api.offload import Offload
 from toolkiln.api.routes.tools import draft_of
 from toolkiln.domain.auth import Bearer
@@ -103,14 +103,23 @@ class FastInvoke(Route):
                 break
         raw = b"".join(chunks)
         try:
+            if not _json_declared(scope):
+                raise ValueError("FastAPI reads this body as JSON only when it says it is JSON")
             body = models.InvokeIn.model_validate(json.loads(raw))
-        except (ValueError, ValidationError):  # not JSON, or not a valid body: FastAPI's answer
+        except (ValueError, RecursionError, ValidationError):  # not JSON, not valid: FastAPI
             scope[_FALLBACK] = True
             await self._fallback(scope, replay_body(raw, receive), send)
             return
         request = Request(scope, receive)
         response = await _invoke(request, scope["path_params"]["tool_id"], body)
         await response(scope, receive, send)
+
+
+def _json_declared(scope: Scope) -> bool:
+    for name, value in scope["headers"]:
+        if name == b"content-type":
+            return is_json(content_kind(value))
+    return False  # none: FastAPI's route decides what such a body is
 
 
 class _Asgi:

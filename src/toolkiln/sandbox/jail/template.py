@@ -231,15 +231,13 @@ class Template:
             except OSError:
                 shutil.rmtree(scratch, ignore_errors=True)
             self.free_uids.append(uid)
-            if self.cfg.get("replace_on_exit"):
-                self.pending += 1  # made below: the host does not ask for it (pool.py)
             if os.WIFSIGNALED(status):
                 how = b'"signal": %d' % os.WTERMSIG(status)
             else:
                 how = b'"code": %d' % os.WEXITSTATUS(status)
             self.ctl.send(b'{"op": "exit", "pid": %d, %s}' % (pid, how))
-        # Children owed (at capacity, or replacing those reaped): made once uids are free.
-        # (This ran only after the loop above, which returned: none owed was ever made.)
+        # Children asked for while every uid was in use: made once uids are free. (This ran
+        # only after the loop above, which returned: none owed was ever made.)
         while self.pending and self.free_uids:
             self.pending -= 1
             self.spawn()
