@@ -339,7 +339,6 @@ class PythonSandbox:
         """A Python child serves one call: it is killed whatever happened (another is
         asked for when its end is reported)."""
         child.close()
-        self.template.replace(child)  # nothing to ask for where ends are replaced
         if outcome is not None and outcome.kind not in {"crash", "violation", "memory"}:
             self.template.forget_exit(child)
 
