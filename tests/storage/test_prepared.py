@@ -18,11 +18,11 @@ from toolkiln.app import Runtime
 from toolkiln.domain.auth import Principal
 from toolkiln.domain.errors import Conflict, ServiceUnavailable
 from toolkiln.domain.ids import new_id
-from toolkiln.domain.records import AuditRow, CallRecord
+from toolkiln.domain.records import AuditRow, CallRecord, Policy
 from toolkiln.domain.tools import ToolDraft
 from toolkiln.storage import database, repos
 from toolkiln.storage.database import Database
-from toolkiln.storage.tables import audit, tokens, tool_calls, tools
+from toolkiln.storage.tables import audit, tokens, tool_calls, tools, workspaces
 
 
 def _tool(runtime: Runtime, ws: str) -> str:
@@ -62,6 +62,24 @@ def test_reads_give_what_sqlalchemy_gives(runtime: Runtime, ws: str) -> None:
     assert isinstance(got_tool["created_at"], datetime)
     assert got_tool["enable_globally"] is True
     assert got_tool["input_schema"]["properties"]["q"] == {"type": "string"}
+
+
+def test_the_policy_read_gives_what_sqlalchemy_gives(runtime: Runtime, ws: str) -> None:
+    """A run's first ctx call reads its workspace's policy: the stored JSON as SQLAlchemy reads
+    it, and the default policy for a workspace that has none."""
+    admin = Principal("test-admin", None, frozenset({"admin"}))
+    change = {"builtins": ["calculate"], "email_allowlist": ["example.org"]}
+    runtime.services.access.patch_policy(admin, ws, change)
+    with runtime.database.engine.connect() as conn:
+        q = sa.select(workspaces.c.policy).where(workspaces.c.id == ws)
+        want = conn.execute(q).scalar()
+        got = repos._POLICY.first(conn, {"id": ws})
+        policy = repos.SqlWorkspaces(conn).policy(ws)
+        default = repos.SqlWorkspaces(conn).policy("no-such-workspace")
+    assert got == {"policy": want}
+    assert policy == Policy.from_dict(want)
+    assert policy.builtins == ["calculate"] and policy.email_allowlist == ["example.org"]
+    assert default == Policy()
 
 
 def test_writes_store_what_sqlalchemy_reads_back(runtime: Runtime, ws: str) -> None:

@@ -78,10 +78,8 @@ class SqlWorkspaces:
         return [self._row(r) for r in self._c.execute(q).mappings()]
 
     def policy(self, workspace_id: str) -> Policy:
-        raw = self._c.execute(
-            sa.select(workspaces.c.policy).where(workspaces.c.id == workspace_id)
-        ).scalar()
-        return Policy.from_dict(raw)
+        row = _POLICY.first(self._c, {"id": workspace_id})  # read by a run's first ctx call
+        return Policy.from_dict(row["policy"] if row is not None else None)
 
     def set_policy(self, workspace_id: str, policy: Policy) -> None:
         self._c.execute(
@@ -321,6 +319,7 @@ _COUNT_USAGE = Prepared(
 _TOOL_BY_ID = Prepared(tools.select().where(_t.id == sa.bindparam("id")))
 _TOKEN_BY_HASH = Prepared(tokens.select().where(tokens.c.token_hash == sa.bindparam("h")))
 _TOOL_STATUS = Prepared(sa.select(_t.status).where(_t.id == sa.bindparam("id")))
+_POLICY = Prepared(sa.select(workspaces.c.policy).where(workspaces.c.id == sa.bindparam("id")))
 _CALL_EXISTS = Prepared(
     sa.select(tool_calls.c.id).where(
         tool_calls.c.workspace_id == sa.bindparam("ws"), tool_calls.c.id == sa.bindparam("id")
