@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -463,3 +464,21 @@ def test_children_the_host_throws_away_are_not_replaced_without_end(tmp_path: Pa
         assert adopted <= 2, adopted  # its replacement, thrown away, and nothing after it
     finally:
         sb.close()
+
+
+def test_closing_while_children_are_made_puts_none_in_a_removed_cgroup(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A sandbox closed while its template is still making children: the pool's reader must
+    not put one in a cgroup the close is removing. It did at ~6 closes in 10 (ESRCH or
+    ENOENT logged as "could not put sandbox child in its cgroup", for a child of a template
+    already stopped); the close now waits for the adoption in progress and the reader's last
+    reports, and nothing of the sandbox's cgroups stays."""
+    caplog.set_level(logging.ERROR, logger="toolkiln.sandbox")
+    for _ in range(8):
+        sb = PythonSandbox(PackageStore(tmp_path), warm=16, name="close-race-test")
+        time.sleep(0.005)  # the first of the sixteen children are being made and adopted
+        roots = list(sb.cgroups.roots) if sb.cgroups is not None else []
+        sb.close()
+        assert roots and not any(r.exists() for r in roots)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []

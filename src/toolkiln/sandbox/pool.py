@@ -41,6 +41,7 @@ OUTSIDE_SIGNALS = frozenset(
     {signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT}
 )
 BACKOFF_FIRST_S, BACKOFF_MAX_S = 0.05, 5.0
+READER_JOIN_S = 5.0
 
 
 class SandboxUnavailable(Exception):
@@ -108,6 +109,7 @@ class _Generation:
     def __init__(self, number: int, config: dict[str, Any], strict: bool) -> None:
         self.number = number
         self.alive = False
+        self.reader: threading.Thread | None = None  # the pool's thread reading its reports
         host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.ctl = host
         argv = [sys.executable, "-I", "-S", "-B", str(TEMPLATE)]
@@ -175,6 +177,7 @@ class Template:
         self._exit_cond = threading.Condition(lock)  # a child's end reported
         self._keep_cond = threading.Condition(lock)  # a template died, or the pool closed
         self._closed = threading.Event()
+        self._adopting = threading.Lock()  # the reader putting a child in its cgroup
         self._gens = 0
         self._gen: _Generation | None = None
         self._dead_gens: set[int] = set()
@@ -207,9 +210,10 @@ class Template:
                 self._degraded = None
             self._gen = gen
             self._cond.notify_all()
-        threading.Thread(
+        gen.reader = threading.Thread(
             target=self._read, args=(gen,), name="sandbox-template", daemon=True
-        ).start()
+        )
+        gen.reader.start()
 
     def _notify_all(self) -> None:
         """Wake every waiter (the lock held): a template died or the pool closed."""
@@ -288,16 +292,24 @@ class Template:
         pidfd, chan = fds
         fds.clear()  # from here on, WarmChild owns (and closes) them
         sock = socket.socket(fileno=chan)
-        global_pid = _pid_of(pidfd)
-        child = WarmChild(int(msg["pid"]), global_pid, pidfd, sock, gen=gen.number)
-        try:
-            if self.cgroups is not None:
-                child.cgroup = self.cgroups.attach(global_pid)
-        except OSError as exc:
-            log.error("could not put sandbox child in its cgroup: %s", exc)
-            if self.strict:
-                child.close()
+        # close() stops the template only between two adoptions: a child made while the pool
+        # closes is never put in a cgroup the sandbox is removing (ESRCH or ENOENT, logged as
+        # errors at nearly every close while children were being made).
+        with self._adopting:
+            if self._closed.is_set():
+                sock.close()
+                os.close(pidfd)
                 return
+            global_pid = _pid_of(pidfd)
+            child = WarmChild(int(msg["pid"]), global_pid, pidfd, sock, gen=gen.number)
+            try:
+                if self.cgroups is not None:
+                    child.cgroup = self.cgroups.attach(global_pid)
+            except OSError as exc:
+                log.error("could not put sandbox child in its cgroup: %s", exc)
+                if self.strict:
+                    child.close()
+                    return
         with self._cond:
             self._handles[(gen.number, child.pid)] = child.cgroup
             if not gen.alive:
@@ -444,13 +456,18 @@ class Template:
             self._exits.pop((child.gen, child.pid), None)
 
     def close(self) -> None:
-        self._closed.set()
+        with self._adopting:
+            self._closed.set()
         with self._cond:
             gen = self._gen
             ready, self._ready = list(self._ready), collections.deque()
             self._notify_all()
         if gen is not None:
             gen.stop()
+            # The reader's last reports (the children's ends) are read before the sandbox
+            # removes their cgroups.
+            if gen.reader is not None and gen.reader is not threading.current_thread():
+                gen.reader.join(timeout=READER_JOIN_S)
         for child in ready:
             child.close()
 
