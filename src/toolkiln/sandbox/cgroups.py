@@ -27,12 +27,21 @@ CLOSE_WAIT_S = 2.0  # how long close waits for a slot whose last process was jus
 @dataclass(slots=True)
 class Handle:
     """A slot's directories; ``oom_before`` is its oom_kill count when it was handed out.
-    ``shared`` are the directories a nested run's process joins (memory and cpu)."""
+    ``shared`` are the directories a nested run's process joins (memory and cpu). The files
+    every child's attach, join and OOM check use are named once, as strings: building them
+    with pathlib for each child was about a third of the pool reader's GIL time."""
 
     dirs: list[Path]
     memory_dir: Path
     shared: list[Path] = field(default_factory=list)
     oom_before: int = 0
+    oom_file: str = ""
+    procs: tuple[str, ...] = field(init=False)
+    shared_procs: tuple[str, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.procs = tuple(str(d / "cgroup.procs") for d in self.dirs)
+        self.shared_procs = tuple(str(d / "cgroup.procs") for d in self.shared)
 
 
 class Cgroups:
@@ -111,13 +120,15 @@ class Cgroups:
             (dirs[0] / "pids.max").write_text(str(self.pids_max))
             if self.cpu:
                 (dirs[0] / "cpu.max").write_text(quota)
-            return Handle(dirs, dirs[0], [dirs[0]])
+            return Handle(dirs, dirs[0], [dirs[0]], oom_file=str(dirs[0] / "memory.events"))
         (dirs[0] / "memory.limit_in_bytes").write_text(str(self.memory_bytes))
         (dirs[1] / "pids.max").write_text(str(self.pids_max))
         if self.cpu:
             (dirs[2] / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
             (dirs[2] / "cpu.cfs_quota_us").write_text(str(self.cpu_quota_us))
-        return Handle(dirs, dirs[0], [dirs[0], *dirs[2:]])
+        return Handle(
+            dirs, dirs[0], [dirs[0], *dirs[2:]], oom_file=str(dirs[0] / "memory.oom_control")
+        )
 
     def attach(self, pid: int) -> Handle | None:
         """Put a process (and any thread it starts) in a free slot of its own."""
@@ -126,27 +137,26 @@ class Cgroups:
         with self._lock:
             handle = self._free.pop() if self._free else self._make()
         handle.oom_before = self.oom_count(handle)
-        for d in handle.dirs:
-            _put(d / "cgroup.procs", pid)
+        for path in handle.procs:
+            _put(path, pid)
         return handle
 
     @staticmethod
     def join(pid: int, group: Handle) -> None:
         """Charge a process to another slot's memory and CPU (a nested run joins its root
         call's slot) until ``leave``; its task count stays its own slot's."""
-        for d in group.shared:
-            _put(d / "cgroup.procs", pid)
+        for path in group.shared_procs:
+            _put(path, pid)
 
     @staticmethod
     def leave(pid: int, own: Handle) -> None:
         """Back to its own slot (a long-lived worker after a nested call)."""
-        for d in own.shared:
-            _put(d / "cgroup.procs", pid)
+        for path in own.shared_procs:
+            _put(path, pid)
 
     def oom_count(self, handle: Handle) -> int:
-        name = "memory.events" if self.version == "v2" else "memory.oom_control"
         try:
-            for line in _read(handle.memory_dir / name).splitlines():
+            for line in _read(handle.oom_file).splitlines():
                 key, _, value = line.partition(" ")
                 if key == "oom_kill":
                     return int(value)
@@ -184,7 +194,7 @@ class Cgroups:
 
 # The per-call paths (attach, join, leave, the OOM count) use plain file descriptors:
 # pathlib's text I/O was 6.5% of the service's GIL time under sequential calls.
-def _put(path: Path, pid: int) -> None:
+def _put(path: str, pid: int) -> None:
     fd = os.open(path, os.O_WRONLY)
     try:
         os.write(fd, str(pid).encode())
@@ -192,7 +202,7 @@ def _put(path: Path, pid: int) -> None:
         os.close(fd)
 
 
-def _read(path: Path) -> str:
+def _read(path: str) -> str:
     fd = os.open(path, os.O_RDONLY)
     try:
         return os.read(fd, 4096).decode()
