@@ -1,0 +1,91 @@
+"""Each call's process has a cgroup slot of its own: two calls running at the same time, of two
+workspaces, never share the memory, task or CPU caps that bound them (a shared slot would let
+one call's memory or processes count against another's, and the OOM killer pick either), and
+each slot carries the per-call caps. The slots are reused from call to call, so this is checked
+after the pool has handed several out."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from tests.sandbox.test_shares import groups, pids_of
+from toolkiln.domain.execution import RunOutcome, RunRequest
+from toolkiln.sandbox.packages import PackageStore
+from toolkiln.sandbox.runner import PythonSandbox
+
+WHERE = "import os\ndef handle(i, ctx):\n    return ctx.tools.where({'uid': os.getuid()})\n"
+
+
+class _Meeting:
+    """Answers ``where`` (the cgroups of the asking process, read by the host) only once both
+    runs have asked: their two processes are alive at the same time."""
+
+    def __init__(self) -> None:
+        self.barrier = threading.Barrier(2, timeout=20)
+
+    def admit(self) -> bool:
+        return True
+
+    def audit(self, event: str, data: object) -> None:
+        return None
+
+    def call(self, name: str, payload: Any) -> Any:
+        if name != "where":
+            return {"error": "unknown_tool"}
+        (pid,) = pids_of(payload["uid"], payload["uid"] + 1)
+        here = groups(pid)
+        self.barrier.wait()
+        return here
+
+
+def _together(sb: PythonSandbox) -> list[dict[str, str]]:
+    link = _Meeting()
+    outcomes: list[RunOutcome | None] = [None, None]
+
+    def run(i: int) -> None:
+        req = RunRequest("python", WHERE, "handle", {}, 20000, workspace_id=f"ws-{i}")
+        outcomes[i] = sb.run(req, link)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    found = []
+    for out in outcomes:
+        assert out is not None and out.kind == "return", out
+        found.append(out.value)
+    return found
+
+
+def test_two_calls_running_together_never_share_a_cgroup_slot(tmp_path: Path) -> None:
+    sb = PythonSandbox(PackageStore(tmp_path), warm=2, name="slots-test")
+    try:
+        cg = sb.cgroups
+        assert cg is not None and cg.version is not None
+        if cg.version == "v1":
+            controllers = ["memory", "pids"] + (["cpu"] if cg.cpu else [])
+        else:
+            controllers = ["unified"]
+        for _ in range(3):  # slots handed out, released and handed out again
+            a, b = _together(sb)
+            for controller in controllers:
+                assert a[controller] != b[controller], controller
+                for found in (a, b):
+                    assert found[controller].startswith("/toolkiln-slots-test-u"), found
+            for found in (a, b):
+                if cg.version == "v1":
+                    memory = Path("/sys/fs/cgroup/memory") / found["memory"].lstrip("/")
+                    limit = (memory / "memory.limit_in_bytes").read_text()
+                    pids = Path("/sys/fs/cgroup/pids") / found["pids"].lstrip("/")
+                    tasks = (pids / "pids.max").read_text()
+                else:
+                    unified = cg.roots[0].parent / found["unified"].lstrip("/")
+                    limit = (unified / "memory.max").read_text()
+                    tasks = (unified / "pids.max").read_text()
+                assert int(limit) == cg.memory_bytes
+                assert int(tasks) == cg.pids_max
+    finally:
+        sb.close()
