@@ -26,16 +26,16 @@ CLOSE_WAIT_S = 2.0  # how long close waits for a slot whose last process was jus
 
 @dataclass(slots=True)
 class Handle:
-    """A slot's directories; ``oom_before`` is its oom_kill count when it was handed out.
-    ``shared`` are the directories a nested run's process joins (memory and cpu). The files
-    every child's attach, join and OOM check use are named once, as strings: building them
-    with pathlib for each child was about a third of the pool reader's GIL time."""
+    """A slot's directories; ``shared`` are those a nested run's process joins (memory and
+    cpu); ``oom_file`` counts the slot's OOM kills, and ``oom_before`` is that count when the
+    slot was handed out. The files every child's attach, join and OOM check use are named
+    once, as strings: building them with pathlib for each child was about a third of the pool
+    reader's GIL time."""
 
     dirs: list[Path]
-    memory_dir: Path
-    shared: list[Path] = field(default_factory=list)
+    shared: list[Path]
+    oom_file: str
     oom_before: int = 0
-    oom_file: str = ""
     procs: tuple[str, ...] = field(init=False)
     shared_procs: tuple[str, ...] = field(init=False)
 
@@ -120,15 +120,13 @@ class Cgroups:
             (dirs[0] / "pids.max").write_text(str(self.pids_max))
             if self.cpu:
                 (dirs[0] / "cpu.max").write_text(quota)
-            return Handle(dirs, dirs[0], [dirs[0]], oom_file=str(dirs[0] / "memory.events"))
+            return Handle(dirs, [dirs[0]], str(dirs[0] / "memory.events"))
         (dirs[0] / "memory.limit_in_bytes").write_text(str(self.memory_bytes))
         (dirs[1] / "pids.max").write_text(str(self.pids_max))
         if self.cpu:
             (dirs[2] / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
             (dirs[2] / "cpu.cfs_quota_us").write_text(str(self.cpu_quota_us))
-        return Handle(
-            dirs, dirs[0], [dirs[0], *dirs[2:]], oom_file=str(dirs[0] / "memory.oom_control")
-        )
+        return Handle(dirs, [dirs[0], *dirs[2:]], str(dirs[0] / "memory.oom_control"))
 
     def attach(self, pid: int) -> Handle | None:
         """Put a process (and any thread it starts) in a free slot of its own."""
