@@ -386,12 +386,14 @@ class Template:
     def take(
         self,
         timeout: float,
-        replenish: bool = True,
+        replenish: bool = False,
         rank: Callable[[WarmChild], int] | None = None,
     ) -> WarmChild:
         """A live child of the running template, waiting up to ``timeout`` (also for a
         restart). A child found dead is discarded and replaced, never handed out. With
-        ``rank``, the ready child ranked lowest is taken first."""
+        ``rank``, the ready child ranked lowest is taken first. ``replenish`` asks for one
+        more child at once; neither runtime does (a Python child is replaced when its end is
+        reported, a JavaScript worker when it retires), so it is off unless asked for."""
         deadline = time.monotonic() + timeout
         dead: list[WarmChild] = []
         try:
