@@ -106,6 +106,12 @@ def worker_pids(rt: Runtime) -> set[int]:
     return found
 
 
+def owned_by(rt: Runtime, workspace_id: str) -> set[int]:
+    """Host pids of the idle JavaScript workers that serve ``workspace_id``."""
+    js = rt.sandboxes["javascript"]
+    return {c.global_pid for c in list(js.template._ready) if c.owner == workspace_id}
+
+
 def test_a_worker_that_served_one_workspace_never_serves_another(pair: Pair) -> None:
     """Even an escape from V8 into its worker process must not reach another workspace's
     calls: a worker serves one workspace for its whole life."""
@@ -117,7 +123,10 @@ def test_a_worker_that_served_one_workspace_never_serves_another(pair: Pair) -> 
     retired = js.retired_for_another_workspace
     assert a.invoke(a_tool)["message"] == "a"
     assert js.retired_for_another_workspace == retired  # the same workspace keeps its worker
-    a_workers = worker_pids(pair.runtime)
+    # A's own workers, not the spare: B claims that one (it may have dropped to its uid by
+    # now, since V8 starts in the template and a new worker is ready within milliseconds).
+    a_workers = owned_by(pair.runtime, a.workspace_id)
+    assert a_workers and a_workers <= worker_pids(pair.runtime)
     assert b.invoke(b_tool)["message"] == "b"
     assert js.retired_for_another_workspace == retired + 1
     deadline = time.monotonic() + 10  # killed at once; gone once the template reaps it
@@ -126,3 +135,46 @@ def test_a_worker_that_served_one_workspace_never_serves_another(pair: Pair) -> 
         time.sleep(0.01)
     assert a.invoke(a_tool)["message"] == "a"
     assert js.retired_for_another_workspace == retired + 2
+
+
+RANDOM_TOOL = (
+    "function main(p) {\n"
+    "  const xs = [Math.random(), Math.random(), Math.random()];\n"
+    "  return { message: 'r', rawData: xs };\n"
+    "}\n"
+)
+
+
+def test_workers_of_one_started_engine_share_no_random_state(pair: Pair) -> None:
+    """V8 starts once, in the template, and every worker is a fork of it: what V8 seeded
+    at start must not make two workers (two workspaces) or two isolates of one worker draw
+    the same numbers. Each isolate seeds itself afresh."""
+    a, b = pair.a, pair.b
+    a_tool = a.tool("a-random", RANDOM_TOOL)
+    b_tool = b.tool("b-random", RANDOM_TOOL)
+    drawn = []
+    for _ in range(3):
+        for who, tool in ((a, a_tool), (b, b_tool)):
+            out = who.invoke(tool)
+            assert out["status"] == "ok", out
+            drawn.append(tuple(out["raw_data"]))
+    assert len(set(drawn)) == len(drawn), drawn
+
+
+def _threads(pid: int) -> int:
+    return len(list(Path(f"/proc/{pid}/task").iterdir()))
+
+
+def test_the_javascript_template_forks_with_one_thread(pair: Pair) -> None:
+    """A fork carries only the thread that forks: V8 started in the template must leave no
+    thread of its own there, or workers would inherit an engine missing one. (Workers run
+    threads of their own once they make isolates; the template never does.)"""
+    js = pair.runtime.sandboxes["javascript"]
+    gen = js.template._gen
+    assert gen is not None and gen.alive
+    outer = gen.proc.pid  # waits for the template, PID 1 of the namespaces, its one child
+    inner = [int(p) for p in Path(f"/proc/{outer}/task/{outer}/children").read_text().split()]
+    assert len(inner) == 1, inner
+    assert _threads(outer) == 1 and _threads(inner[0]) == 1
+    workers = Path(f"/proc/{inner[0]}/task/{inner[0]}/children").read_text().split()
+    assert workers  # the template forked the workers this test's module used

@@ -54,7 +54,7 @@ def prepare() -> None:
         signal.signal(sig, signal.SIG_IGN)
 
 
-def become(sock: socket.socket, uid: int, scratch: str, cfg: dict, installer, engine=None) -> None:
+def become(sock: socket.socket, uid: int, scratch: str, cfg: dict, installer) -> None:
     """Order matters: fds, signals, limits, identity, then no_new_privs + seccomp last."""
     linux.prctl(linux.PR_SET_PDEATHSIG, signal.SIGKILL)
     keep = sock.fileno()
@@ -67,10 +67,6 @@ def become(sock: socket.socket, uid: int, scratch: str, cfg: dict, installer, en
     os.chdir(scratch)
     os.environ["HOME"] = os.environ["TMPDIR"] = scratch  # the rest: prepare()
     _limits(cfg)
-    if engine is not None:
-        # Start V8 and warm libffi while executable memory is still allowed; no tool byte
-        # has arrived yet, and seccomp follows below.
-        engine()
     if os.geteuid() == 0:
         os.setgroups([])
         os.setresgid(uid, uid, uid)

@@ -196,11 +196,10 @@ class Template:
                 host_end.close()
                 if self.cfg.get("warm_nice"):
                     os.setpriority(os.PRIO_PROCESS, 0, int(self.cfg["warm_nice"]))
+                child.become(child_end, uid, scratch, self.cfg, self.installer)
                 if self.javascript:
-                    child.become(child_end, uid, scratch, self.cfg, self.installer, _start_v8)
                     jsrunner.serve(child_end, self.cfg, _mini_racer, pyrunner._Link)
                 else:
-                    child.become(child_end, uid, scratch, self.cfg, self.installer)
                     pyrunner.serve(child_end, self.cfg)
             finally:
                 os._exit(70)
@@ -271,6 +270,13 @@ _mini_racer = None
 
 
 def _start_v8() -> None:
+    """V8 started once, in the template, before any tool byte: every worker inherits a
+    started engine (its flags, snapshot and ICU data read, libffi's closure pool warmed) and
+    makes only its own isolates. Started in each worker instead, it cost ~68 ms of CPU per
+    worker (V8 ~40, the warm-up ~28), ~1.4 ms per call at RECYCLE_AFTER calls a worker; a
+    forked worker's first isolate ~10 ms (docs/benchmarks.md, step 35). Nothing of it runs
+    after the fork but what a worker calls itself: single-threaded V8 leaves no thread
+    behind (a test counts the template's threads), and the isolate of the warm-up is closed."""
     _mini_racer.init_mini_racer(flags=("--single-threaded", "--jitless"))  # type: ignore[union-attr]
     jsrunner.preload(_mini_racer)
 
@@ -284,12 +290,13 @@ def main() -> None:
     state = _setup(cfg, ctl)
     if cfg.get("runtime") == "javascript":
         # Imported from inside the new root (where the engine is bound at /engine), so the
-        # engine finds its library and ICU data there; V8 itself starts in each worker.
+        # engine finds its library and ICU data there.
         jailed = os.path.isdir("/engine/py_mini_racer")
         sys.path.insert(0, "/engine" if jailed else cfg["js_engine_parent"])
         import py_mini_racer
 
         _mini_racer = py_mini_racer
+        _start_v8()
     else:
         pyrunner.jail_paths(cfg)
     child.prepare()
