@@ -9,12 +9,14 @@ import signal
 import socket
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from toolkiln.domain.execution import RunLink, RunOutcome, RunRequest
 from toolkiln.sandbox.cgroups import Cgroups
+from toolkiln.sandbox.compiled import Compiled
 from toolkiln.sandbox.fair import FairShare
 from toolkiln.sandbox.jail import protocol
 from toolkiln.sandbox.packages import PYTHON_PACKAGES, PackageStore, python_imports
@@ -28,6 +30,7 @@ log = logging.getLogger("toolkiln.sandbox")
 # priority when it is taken for a call: making the next children must not take the core
 # from the call in flight (docs/benchmarks.md).
 WARM_NICE = 10
+COMPILE_TIMEOUT_MS = 10_000  # a compile child's run (the source's size is capped on save)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +145,8 @@ class PythonSandbox:
                 "INSECURE SANDBOX MODE: isolation layers that cannot be set up are skipped. "
                 "Never run untrusted code like this."
             )
+        self.compiled = Compiled()
+        self._compiler = ThreadPoolExecutor(1, thread_name_prefix="toolkiln-compile")
         self._configure(self.config)
         try:
             self.template = Template(self.config, cgroups, strict=strict)
@@ -227,7 +232,36 @@ class PythonSandbox:
         problems = self.packages.ensure(python_imports(req.code), deadline)
         if problems:
             return RunOutcome("infra", message="; ".join(problems))
-        return self._run_once(req, link)
+        key = Compiled.key(req.workspace_id, req.code)
+        made = self.compiled.get(key)
+        if made is None and self.compiled.wanted(key):
+            self._compile_later(key, req)
+        if made is not None and len(made) + len(req.code) > self.limits.caps.request_bytes // 4:
+            made = None  # the run frame (code, input, context) stays well under its cap
+        return self._run_once(req, link, {"compiled": made} if made is not None else None)
+
+    def _compile_later(self, key: tuple[str, str], req: RunRequest) -> None:
+        """Compile ``req``'s code in a child of its own, in the background (compiled.py): its
+        request holds the source and nothing of the call (no input, context or ctx link)."""
+        source = RunRequest(
+            "python", req.code, req.entry, {}, COMPILE_TIMEOUT_MS, workspace_id=req.workspace_id
+        )
+
+        def compile_it() -> None:
+            made = None
+            try:
+                out = self._run_once(source, _SourceOnly(), {"compile_only": True})
+                if out.kind == "return" and isinstance(out.value, str):
+                    made = out.value
+            except Exception:  # a background task survives its own errors
+                log.exception("compiling a tool's code ahead failed")
+            finally:
+                self.compiled.done(key, made)
+
+        try:
+            self._compiler.submit(compile_it)
+        except RuntimeError:  # closing
+            self.compiled.done(key, None)
 
     def _run_once(
         self,
@@ -379,8 +413,22 @@ class PythonSandbox:
         )
 
     def close(self) -> None:
+        self._compiler.shutdown(wait=False, cancel_futures=True)
         self.template.close()
         if self.cgroups is not None:
             with contextlib.suppress(OSError):
                 self.cgroups.close()
         self.uids.release()
+
+
+class _SourceOnly:
+    """The link of a compile child's run: it admits the run and has nothing to give."""
+
+    def admit(self) -> bool:
+        return True
+
+    def call(self, name: str, payload: Any) -> Any:
+        return {"error": "unknown_tool"}
+
+    def audit(self, event: str, data: Any) -> None:
+        return None

@@ -5,13 +5,15 @@ The report is only evidence: the host validates it and decides the outcome.
 
 from __future__ import annotations
 
+import base64
 import importlib.abc
 import inspect
 import io
+import marshal
 import os
 import socket
 import sys
-from types import FunctionType
+from types import CodeType, FunctionType
 
 import protocol
 
@@ -210,10 +212,37 @@ def _call(fn, entry: str, data: dict, ctx: Ctx):
     return fn(**data, ctx=ctx) if _takes_ctx(fn) else fn(**data)
 
 
+def _code(req: dict) -> CodeType:
+    """The tool's code object: the one the host sent already compiled (made from this very
+    source by a child that was given nothing but the source: runner.Compiled), else compiled
+    here. Bytes that do not load as a code object of the tool are ignored."""
+    made = req.get("compiled")
+    if isinstance(made, str):
+        try:
+            code = marshal.loads(base64.b64decode(made))  # noqa: S302 - the host made it (above)
+        except (ValueError, TypeError, EOFError):
+            code = None
+        if type(code) is CodeType and code.co_filename == TOOL_FILE:
+            return code
+    return compile(req["code"], TOOL_FILE, "exec")
+
+
+def _compile_only(req: dict) -> dict:
+    """The source compiled, as marshal bytes in base64: what later calls of this code load
+    instead of compiling it. No tool byte runs here, and the request holds nothing but it."""
+    try:
+        code = compile(req["code"], TOOL_FILE, "exec")
+    except BaseException as exc:
+        report = _exception(exc)
+        report["phase"] = "load"
+        return report
+    return {"kind": "return", "value": base64.b64encode(marshal.dumps(code)).decode("ascii")}
+
+
 def _execute(req: dict, link: _Link, finder: PackageFinder) -> dict:
     namespace = {"__name__": "__tool__", "__builtins__": __builtins__}
     try:
-        code = compile(req["code"], TOOL_FILE, "exec")
+        code = _code(req)
         exec(code, namespace)  # noqa: S102 - this process is the sandbox
     except BaseException as exc:
         report = _exception(exc)
@@ -252,15 +281,16 @@ def _exception(exc: BaseException) -> dict:
     }
 
 
+_SAMPLE = {"code": "def main(**p):\n    return {'message': str(p)}\n", "entry": "main", "input": {}}
+_SAMPLE_COMPILED = {**_SAMPLE, "compiled": _compile_only(_SAMPLE)["value"]}  # in the template
+
+
 def _warm_up(link: _Link, finder: PackageFinder) -> None:
     """Run a trivial tool of our own before the request, so the page faults of a fresh fork
-    (copy-on-write of everything the interpreter touches) are paid while idle, not per call."""
-    sample = {
-        "code": "def main(**p):\n    return {'message': str(p)}\n",
-        "entry": "main",
-        "input": {},
-    }
-    protocol.encode(_execute(sample, link, finder))
+    (copy-on-write of everything the interpreter touches) are paid while idle, not per call:
+    once compiled here and once loaded as compiled code, the two ways a call's code comes."""
+    protocol.encode(_execute(_SAMPLE, link, finder))
+    protocol.encode(_execute(_SAMPLE_COMPILED, link, finder))
 
 
 def jail_paths(cfg: dict) -> None:
@@ -285,7 +315,7 @@ def serve(sock: socket.socket, cfg: dict) -> None:
     req = link.reader.recv(int(cfg["max_request_bytes"]))
     link.run = req.get("run")
     sys.stdout, sys.stderr = out, err
-    report = _execute(req, link, finder)
+    report = _compile_only(req) if req.get("compile_only") else _execute(req, link, finder)
     sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
     report.update(
         op=protocol.RESULT,

@@ -1,0 +1,144 @@
+"""Python code compiled once per workspace and source (sandbox/compiled.py): later calls
+load it and behave as calls that compiled it, and what is kept holds nothing of a call."""
+
+from __future__ import annotations
+
+import base64
+import marshal
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.sandbox.links import NoCtx
+from toolkiln.domain.execution import RunOutcome, RunRequest
+from toolkiln.sandbox import compiled as compiled_module
+from toolkiln.sandbox.compiled import Compiled
+from toolkiln.sandbox.packages import PackageStore
+from toolkiln.sandbox.runner import PythonSandbox
+
+SECRET = "call-secret-5b0e2f"
+TOOL = (
+    "import json\n"
+    "def helper(x):\n"
+    "    return {'seen': x}\n"
+    "def handle(input, ctx):\n"
+    "    if input.get('fail'):\n"
+    "        raise ValueError('bad input')  # line 6\n"
+    "    return helper(input)\n"
+)
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PythonSandbox]:
+    sb = PythonSandbox(PackageStore(tmp_path_factory.mktemp("pkgs")), warm=2, name="py-compiled")
+    yield sb
+    sb.close()
+
+
+def run(sb: PythonSandbox, code: str, payload: dict[str, Any], ws: str = "ws-a") -> RunOutcome:
+    req = RunRequest("python", code, "handle", payload, 5000, workspace_id=ws)
+    return sb.run(req, NoCtx())
+
+
+def compiled_for(sb: PythonSandbox, ws: str, code: str) -> str | None:
+    """The kept text once the background compile asked for has ended (within 10 s)."""
+    key = Compiled.key(ws, code)
+    deadline = time.monotonic() + 10
+    while sb.compiled.get(key) is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return sb.compiled.get(key)
+
+
+def test_code_seen_twice_is_compiled_once_and_later_calls_behave_the_same(
+    sandbox: PythonSandbox,
+) -> None:
+    first = [run(sandbox, TOOL, {"n": i, "secret": SECRET}) for i in range(2)]
+    made = compiled_for(sandbox, "ws-a", TOOL)
+    assert made is not None
+    later = run(sandbox, TOOL, {"n": 2, "secret": SECRET})
+    for i, out in enumerate([*first, later]):
+        assert out.kind == "return" and out.value == {"seen": {"n": i, "secret": SECRET}}, out
+    failed = run(sandbox, TOOL, {"fail": True})
+    assert failed.kind == "exception" and failed.error_type == "ValueError", failed
+    assert failed.line == 6  # the compiled code keeps the source's lines
+
+
+# A tool that tries to plant its input in the compiled code later calls load: in its own
+# process it makes every compile produce code that returns that input.
+PLANTER = (
+    "import base64, marshal\n"
+    "def handle(input, ctx):\n"
+    "    planted = compile(f'def handle(i, c):\\n    return {input!r}\\n', '<tool>', 'exec')\n"
+    "    real = marshal.dumps\n"
+    "    marshal.dumps = lambda code, *a: real(planted, *a)\n"
+    "    return 'planted'\n"
+)
+
+
+def test_what_is_kept_holds_nothing_of_any_call(sandbox: PythonSandbox) -> None:
+    """The compile child is given the source alone and runs none of it: a call's input (the
+    secret) is in no byte of what later calls are handed, and a call cannot change what
+    they load, even when its code tampers with the compiler of its own process."""
+    for i in range(2):
+        out = run(sandbox, PLANTER, {"secret": f"{SECRET}-{i}"}, ws="ws-s")
+        assert out.kind == "return" and out.value == "planted", out
+    made = compiled_for(sandbox, "ws-s", PLANTER)
+    assert made is not None
+    raw = base64.b64decode(made)
+    assert SECRET.encode() not in raw and b"ws-s" not in raw
+    assert marshal.loads(raw).co_filename == "<tool>"
+    later = run(sandbox, PLANTER, {"other": 1}, ws="ws-s")
+    assert later.kind == "return" and later.value == "planted", later
+
+
+def test_identical_code_in_two_workspaces_is_kept_for_each(sandbox: PythonSandbox) -> None:
+    """Keyed by workspace: bytes kept for one workspace's code never reach another's calls,
+    even for the very same source (here: A's entry replaced by code that says so)."""
+    code = "def handle(input, ctx):\n    return 'honest'\n"
+    poisoned = base64.b64encode(
+        marshal.dumps(compile("def handle(input, ctx):\n    return 'A-only'\n", "<tool>", "exec"))
+    ).decode()
+    sandbox.compiled.done(Compiled.key("ws-a", code), poisoned)
+    assert run(sandbox, code, {}, ws="ws-a").value == "A-only"  # the host's choice, for A
+    for _ in range(3):
+        assert run(sandbox, code, {}, ws="ws-b").value == "honest"
+
+
+def test_bytes_that_do_not_load_as_the_tools_code_are_ignored(sandbox: PythonSandbox) -> None:
+    code = "def handle(input, ctx):\n    return 'compiled here'\n"
+    other_file = base64.b64encode(marshal.dumps(compile("x = 1", "<other>", "exec"))).decode()
+    for ws, text in [("ws-g", "not base64 at all!"), ("ws-h", "AAAA"), ("ws-i", other_file)]:
+        sandbox.compiled.done(Compiled.key(ws, code), text)
+        out = run(sandbox, code, {}, ws=ws)
+        assert out.kind == "return" and out.value == "compiled here", (ws, out)
+
+
+def test_a_syntax_error_is_never_kept_and_is_reported_each_time(sandbox: PythonSandbox) -> None:
+    code = "def handle(input, ctx):\n    return (\n"
+    for _ in range(3):
+        out = run(sandbox, code, {}, ws="ws-x")
+        assert out.kind == "exception" and out.error_type == "SyntaxError", out
+    deadline = time.monotonic() + 5
+    while Compiled.key("ws-x", code) in sandbox.compiled._pending:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert sandbox.compiled.get(Compiled.key("ws-x", code)) is None
+
+
+def test_the_cache_asks_on_the_second_sighting_and_keeps_its_caps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cache = Compiled()
+    a, b = Compiled.key("ws-1", "x = 1"), Compiled.key("ws-2", "x = 1")
+    assert a != b
+    assert not cache.wanted(a) and cache.wanted(a) and not cache.wanted(a)  # once in flight
+    cache.done(a, "text")
+    assert cache.get(a) == "text" and cache.get(b) is None and not cache.wanted(a)
+    cache.done(b, "x" * (compiled_module.MAX_ENTRY_CHARS + 1))  # over the cap: not kept
+    assert cache.get(b) is None
+    monkeypatch.setattr(compiled_module, "MAX_ENTRIES", 3)
+    for i in range(5):
+        cache.done(Compiled.key("ws-1", f"code {i}"), f"t{i}")
+    assert len(cache) == 3 and cache.get(a) is None  # the least recently used went first
