@@ -142,3 +142,23 @@ def test_the_cache_asks_on_the_second_sighting_and_keeps_its_caps(
     for i in range(5):
         cache.done(Compiled.key("ws-1", f"code {i}"), f"t{i}")
     assert len(cache) == 3 and cache.get(a) is None  # the least recently used went first
+
+
+def test_a_compile_takes_no_share_of_its_workspace(
+    sandbox: PythonSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The compile runs outside the fair shares (sandbox/fair.py): with the workspace at its
+    cap it neither waits behind the workspace's calls nor makes one wait."""
+    turns: list[str] = []
+    acquire = sandbox.fair.acquire
+
+    def counted(workspace_id: str, deadline: float) -> bool:
+        turns.append(workspace_id)
+        return acquire(workspace_id, deadline)
+
+    monkeypatch.setattr(sandbox.fair, "acquire", counted)
+    code = "def handle(input, ctx):\n    return 'shared fairly'\n"
+    for _ in range(2):
+        assert run(sandbox, code, {}, ws="ws-f").value == "shared fairly"
+    assert compiled_for(sandbox, "ws-f", code) is not None
+    assert turns == ["ws-f", "ws-f"]  # the two calls; the compile asked for no turn

@@ -242,7 +242,9 @@ class PythonSandbox:
 
     def _compile_later(self, key: tuple[str, str], req: RunRequest) -> None:
         """Compile ``req``'s code in a child of its own, in the background (compiled.py): its
-        request holds the source and nothing of the call (no input, context or ctx link)."""
+        request holds the source and nothing of the call (no input, context or ctx link).
+        One compile at a time (one thread), outside the workspaces' fair shares: it never
+        makes a call wait for its turn, nor waits behind the workspace's own calls."""
         source = RunRequest(
             "python", req.code, req.entry, {}, COMPILE_TIMEOUT_MS, workspace_id=req.workspace_id
         )
@@ -250,7 +252,10 @@ class PythonSandbox:
         def compile_it() -> None:
             made = None
             try:
-                out = self._run_once(source, _SourceOnly(), {"compile_only": True})
+                started = time.perf_counter()
+                deadline = time.monotonic() + COMPILE_TIMEOUT_MS / 1000
+                link, extra = _SourceOnly(), {"compile_only": True}
+                out = self._run_acquired(source, link, extra, started, deadline)
                 if out.kind == "return" and isinstance(out.value, str):
                     made = out.value
             except Exception:  # a background task survives its own errors
