@@ -291,7 +291,9 @@ class Template:
     def _adopt(self, gen: _Generation, msg: dict[str, Any], fds: list[int]) -> None:
         pidfd, chan = fds
         fds.clear()  # from here on, WarmChild owns (and closes) them
-        sock = socket.socket(fileno=chan)
+        # The template made it with socketpair(AF_UNIX, SOCK_STREAM): named here, so the
+        # socket module does not ask the kernel (three syscalls a child).
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, 0, fileno=chan)
         # close() stops the template only between two adoptions: a child made while the pool
         # closes is never put in a cgroup the sandbox is removing (ESRCH or ENOENT, logged as
         # errors at nearly every close while children were being made).

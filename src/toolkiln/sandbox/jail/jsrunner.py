@@ -428,7 +428,9 @@ def serve(sock: socket.socket, cfg: dict, mr_module: object, link_factory) -> No
             return
         if not msg or len(fds) != 1:
             return  # not the host's way of starting a call: stop serving
-        chan = socket.socket(fileno=fds[0])
+        # The host made it with socketpair(AF_UNIX, SOCK_STREAM) (js_runner._open_channel):
+        # named here, so the socket module does not ask the kernel (three syscalls a call).
+        chan = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, 0, fileno=fds[0])
         link = link_factory(chan, int(cfg["max_reply_bytes"]))
         box = [fresh]  # the call's isolate: used by this call alone, closed after it
         try:
