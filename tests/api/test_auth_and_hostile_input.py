@@ -186,3 +186,33 @@ def test_system_endpoints(client: TestClient, rw) -> None:
         'toolkiln_http_requests_total{method="GET",route="/v1/custom-tools",status="200"}' in text
     )
     assert "toolkiln_http_request_duration_seconds_bucket" in text
+
+
+def test_no_token_is_401_before_the_body_is_judged(client: TestClient, space: Space, rw) -> None:
+    """CONTRACT 1: no or bad token is 401, whatever the body: a body that breaks the rules
+    is judged (422) only for a caller the token lets in, on every route that takes one."""
+    tool_id = client.post("/v1/custom-tools", json=seed_tool(space), headers=rw).json()["data"][
+        "id"
+    ]
+    spec = client.get("/openapi.json").json()
+    checked, wrong = [], []
+    for path, ops in spec["paths"].items():
+        for method, op in ops.items():
+            if "requestBody" not in op or op.get("security") == []:
+                continue  # no body, or a route without a token (none takes a body today)
+            url = "/".join(
+                "x" if part.startswith("{") else part
+                for part in path.replace("{tool_id}", tool_id).split("/")
+            )
+            for headers in ({}, {"Authorization": "Bearer nope"}):
+                bad = {"input": 5, "name": 7, "code": 1, "unknown": True}
+                r = client.request(method, url, json=bad, headers=headers)
+                if r.status_code != 401:
+                    wrong.append((method, path, bool(headers), r.status_code))
+            checked.append((method, path))
+    assert ("post", "/v1/custom-tools/{tool_id}/invoke") in checked, checked
+    assert not wrong, wrong
+    # Malformed JSON is 400 whoever sends it (it is not a body to judge).
+    for url in (f"/v1/custom-tools/{tool_id}/invoke", "/v1/custom-tools"):
+        r = client.post(url, content=b"{not json", headers={"Content-Type": "application/json"})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "malformed_json", r.text

@@ -16,7 +16,7 @@ from toolkiln.api.deps import Caller, Svc, bearer_of
 from toolkiln.api.middleware import content_kind, is_json, replay_body
 from toolkiln.api.offload import Offload
 from toolkiln.api.routes.tools import draft_of
-from toolkiln.domain.auth import Bearer
+from toolkiln.domain.auth import Bearer, Principal
 from toolkiln.services.container import Services
 from toolkiln.services.invoke import CallContext
 
@@ -41,14 +41,22 @@ def test_tool(body: models.ToolTest, who: Caller, svc: Svc) -> dict[str, Any]:
     # The token is read below, not by a dependency; the document still says it is needed.
     openapi_extra={"security": [{"bearer": []}]},
 )
-async def invoke_tool(tool_id: str, body: models.InvokeIn, request: Request) -> JSONResponse:
-    # The token is checked by the invoke's own read rather than by the Caller dependency
-    # (a dependency of its own would cost a read transaction and, sync, a thread hop), and
-    # the work runs on the app's own thread pool (api/offload.py), not FastAPI's hand-off.
-    return await _invoke(request, tool_id, body)
+async def invoke_tool(
+    tool_id: str, body: models.InvokeIn, request: Request, who: Caller
+) -> JSONResponse:
+    # Only what FastInvoke (below) does not take reaches this route: a body that is not
+    # valid, or is not declared as JSON. The Caller dependency answers a missing or bad
+    # token with 401 before FastAPI judges the body (CONTRACT 1), as on every other route;
+    # the call a valid body makes then runs with that principal.
+    return await _invoke(request, tool_id, body, who)
 
 
-async def _invoke(request: Request, tool_id: str, body: models.InvokeIn) -> JSONResponse:
+async def _invoke(
+    request: Request, tool_id: str, body: models.InvokeIn, who: Principal | None = None
+) -> JSONResponse:
+    """The call, on the app's own thread pool (api/offload.py), not FastAPI's hand-off; the
+    token is checked by the invoke's own read (a dependency of its own would cost a read
+    transaction and, sync, a thread hop) unless the caller is known already."""
     svc: Services = request.app.state.services
     offload: Offload = request.app.state.offload
     context = CallContext(
@@ -58,8 +66,8 @@ async def _invoke(request: Request, tool_id: str, body: models.InvokeIn) -> JSON
         power_user_id=body.power_user_id,
         source="llm" if body.agent_id else "api",
     )
-    bearer = Bearer(bearer_of(request))
-    result = await offload(svc.invoke.invoke, bearer, tool_id, body.input, context)
+    credential = who if who is not None else Bearer(bearer_of(request))
+    result = await offload(svc.invoke.invoke, credential, tool_id, body.input, context)
     # The Result is built by the domain: hand FastAPI a finished response instead of having
     # it validate and re-encode the dict (response_model stays for the document).
     return JSONResponse({"data": result.as_dict()})
