@@ -125,6 +125,8 @@ def test_a_syntax_error_is_never_kept_and_is_reported_each_time(sandbox: PythonS
         assert time.monotonic() < deadline
         time.sleep(0.01)
     assert sandbox.compiled.get(Compiled.key("ws-x", code)) is None
+    assert not sandbox.compiled.wanted(Compiled.key("ws-x", code))  # and not asked for again
+    assert not sandbox.compiled.wanted(Compiled.key("ws-x", code))
 
 
 def test_the_cache_asks_on_the_second_sighting_and_keeps_its_caps(
@@ -138,6 +140,7 @@ def test_the_cache_asks_on_the_second_sighting_and_keeps_its_caps(
     assert cache.get(a) == "text" and cache.get(b) is None and not cache.wanted(a)
     cache.done(b, "x" * (compiled_module.MAX_ENTRY_CHARS + 1))  # over the cap: not kept
     assert cache.get(b) is None
+    assert not cache.wanted(b) and not cache.wanted(b)  # and not asked for again
     monkeypatch.setattr(compiled_module, "MAX_ENTRIES", 3)
     for i in range(5):
         cache.done(Compiled.key("ws-1", f"code {i}"), f"t{i}")

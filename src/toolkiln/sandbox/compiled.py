@@ -36,6 +36,7 @@ class Compiled:
         self._made: OrderedDict[tuple[str, str], str] = OrderedDict()
         self._total = 0
         self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()  # once, not compiled
+        self._failed: OrderedDict[tuple[str, str], None] = OrderedDict()  # not asked again
         self._pending: set[tuple[str, str]] = set()
 
     @staticmethod
@@ -53,7 +54,7 @@ class Compiled:
         """Whether to compile this code now: the second time it is seen without compiled
         code (one-off code, such as most run_code calls, is not compiled twice)."""
         with self._lock:
-            if key in self._made or key in self._pending:
+            if key in self._made or key in self._pending or key in self._failed:
                 return False
             if key not in self._seen:
                 self._seen[key] = None
@@ -68,10 +69,17 @@ class Compiled:
 
     def done(self, key: tuple[str, str], made: str | None) -> None:
         """The compile asked for by ``wanted`` ended: its text, or None (a syntax error, a
-        child that failed, text over the cap: the code is compiled per call, as before)."""
+        child that failed, text over the cap: the code is compiled per call, as before, and
+        not sent to a compile child again, so a broken tool called in a loop does not make
+        one every other call)."""
         with self._lock:
             self._pending.discard(key)
-            if made is None or len(made) > MAX_ENTRY_CHARS or key in self._made:
+            if made is None or len(made) > MAX_ENTRY_CHARS:
+                self._failed[key] = None
+                while len(self._failed) > MAX_ENTRIES:
+                    self._failed.popitem(last=False)
+                return
+            if key in self._made:
                 return
             self._made[key] = made
             self._total += len(made)
