@@ -165,3 +165,59 @@ def test_a_compile_takes_no_share_of_its_workspace(
         assert run(sandbox, code, {}, ws="ws-f").value == "shared fairly"
     assert compiled_for(sandbox, "ws-f", code) is not None
     assert turns == ["ws-f", "ws-f"]  # the two calls; the compile asked for no turn
+
+
+def test_code_the_compiler_warns_about_is_compiled_per_call(sandbox: PythonSandbox) -> None:
+    """A call that compiles shows the compiler's warnings on its stderr; loaded code would
+    not, so such code is never kept."""
+    code = "def handle(input, ctx):\n    x = 1\n    return x is 1\n"
+    outs = [run(sandbox, code, {}, ws="ws-w") for _ in range(4)]
+    deadline = time.monotonic() + 5
+    while Compiled.key("ws-w", code) in sandbox.compiled._pending:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    outs.append(run(sandbox, code, {}, ws="ws-w"))
+    for out in outs:
+        assert out.kind == "return" and out.value is True, out
+        assert "SyntaxWarning" in out.stderr, out.stderr
+    assert sandbox.compiled.get(Compiled.key("ws-w", code)) is None
+
+
+def test_the_compile_child_is_sent_the_source_alone(
+    sandbox: PythonSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the compile child gets: the source, no input, no context, a link with nothing
+    to give (no ctx tool, no audit)."""
+    seen: list[tuple[RunRequest, object, object]] = []
+    acquired = sandbox._run_acquired
+
+    def recording(req: RunRequest, link: Any, extra: Any, *rest: Any) -> RunOutcome:
+        seen.append((req, link, extra))
+        return acquired(req, link, extra, *rest)
+
+    monkeypatch.setattr(sandbox, "_run_acquired", recording)
+    code = "def handle(input, ctx):\n    return sorted(input)\n"
+    for i in range(2):
+        req = RunRequest(
+            "python", code, "handle", {"secret": SECRET}, 5000, {"toolCallId": f"c{i}"}, "ws-c"
+        )
+        assert sandbox.run(req, NoCtx()).value == ["secret"]
+    assert compiled_for(sandbox, "ws-c", code) is not None
+    compiles = [(req, link) for req, link, extra in seen if extra and extra.get("compile_only")]
+    assert len(compiles) == 1 and len(seen) == 3, seen
+    req, link = compiles[0]
+    assert req.code == code and req.input == {} and req.context == {}
+    assert type(link).__name__ == "_SourceOnly" and link.call("x", {}) == {"error": "unknown_tool"}
+
+
+def test_one_workspace_cannot_fill_the_compile_queue() -> None:
+    cache = Compiled()
+    keys = [Compiled.key("ws-busy", f"code {i}") for i in range(8)]
+    for key in keys:
+        cache.wanted(key)  # seen once
+    asked = [key for key in keys if cache.wanted(key)]
+    assert len(asked) == compiled_module.MAX_PENDING_PER_WORKSPACE
+    other = Compiled.key("ws-other", "code")
+    assert not cache.wanted(other) and cache.wanted(other)  # another workspace still gets in
+    cache.done(asked[0], "text")
+    assert cache.wanted(keys[-1])  # a turn freed: the next of that workspace is asked for

@@ -26,6 +26,7 @@ MAX_ENTRIES = 512
 MAX_ENTRY_CHARS = 1024 * 1024  # base64 text of one code object (a call's result cap)
 MAX_TOTAL_CHARS = 64 * 1024 * 1024
 MAX_PENDING = 16  # compiles asked for and not yet done; more are not asked for
+MAX_PENDING_PER_WORKSPACE = 4  # so that one workspace cannot fill the queue
 
 
 class Compiled:
@@ -61,8 +62,9 @@ class Compiled:
                 while len(self._seen) > MAX_ENTRIES:
                     self._seen.popitem(last=False)
                 return False
-            if len(self._pending) >= MAX_PENDING:
-                return False
+            mine = sum(1 for pending in self._pending if pending[0] == key[0])
+            if len(self._pending) >= MAX_PENDING or mine >= MAX_PENDING_PER_WORKSPACE:
+                return False  # still seen once: asked for again the next time it comes
             del self._seen[key]
             self._pending.add(key)
             return True

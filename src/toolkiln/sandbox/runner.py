@@ -237,7 +237,11 @@ class PythonSandbox:
         if made is None and self.compiled.wanted(key):
             self._compile_later(key, req)
         if made is not None and len(made) + len(req.code) > self.limits.caps.request_bytes // 4:
-            made = None  # the run frame (code, input, context) stays well under its cap
+            # The run frame (code, input, context) stays under its cap (4 MiB): code is at
+            # most 256K characters (<= 1.5 MiB as JSON), an input at most the 1 MiB body (or
+            # a nested run's ~1.1 MiB frame), and compiled text only goes with code that
+            # comes to at most 1 MiB with it.
+            made = None
         return self._run_once(req, link, {"compiled": made} if made is not None else None)
 
     def _compile_later(self, key: tuple[str, str], req: RunRequest) -> None:

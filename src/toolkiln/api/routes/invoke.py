@@ -38,7 +38,8 @@ def test_tool(body: models.ToolTest, who: Caller, svc: Svc) -> dict[str, Any]:
 @router.post(
     "/custom-tools/{tool_id}/invoke",
     response_model=models.One[models.Result],
-    # The token is read below, not by a dependency; the document still says it is needed.
+    # The fast path reads the token in the call's own read, not by a dependency: the
+    # document says it is needed either way.
     openapi_extra={"security": [{"bearer": []}]},
 )
 async def invoke_tool(

@@ -13,6 +13,7 @@ import marshal
 import os
 import socket
 import sys
+import warnings
 from types import CodeType, FunctionType
 
 import protocol
@@ -220,7 +221,7 @@ def _code(req: dict) -> CodeType:
     if isinstance(made, str):
         try:
             code = marshal.loads(base64.b64decode(made))  # noqa: S302 - the host made it (above)
-        except (ValueError, TypeError, EOFError):
+        except Exception:  # any bytes that do not load: the source is compiled instead
             code = None
         if type(code) is CodeType and code.co_filename == TOOL_FILE:
             return code
@@ -229,13 +230,19 @@ def _code(req: dict) -> CodeType:
 
 def _compile_only(req: dict) -> dict:
     """The source compiled, as marshal bytes in base64: what later calls of this code load
-    instead of compiling it. No tool byte runs here, and the request holds nothing but it."""
+    instead of compiling it. No tool byte runs here, and the request holds nothing but it.
+    Code the compiler warns about (a SyntaxWarning) is not kept: a call that compiles it
+    shows the warning on its stderr, and one that loaded it would not."""
     try:
-        code = compile(req["code"], TOOL_FILE, "exec")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            code = compile(req["code"], TOOL_FILE, "exec")
     except BaseException as exc:
         report = _exception(exc)
         report["phase"] = "load"
         return report
+    if caught:
+        return {"kind": "return", "value": None}  # nothing to keep: compiled per call
     return {"kind": "return", "value": base64.b64encode(marshal.dumps(code)).decode("ascii")}
 
 
