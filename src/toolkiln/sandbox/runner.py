@@ -247,8 +247,8 @@ class PythonSandbox:
     def _compile_later(self, key: tuple[str, str], req: RunRequest) -> None:
         """Compile ``req``'s code in a child of its own, in the background (compiled.py): its
         request holds the source and nothing of the call (no input, context or ctx link).
-        One compile at a time (one thread), outside the workspaces' fair shares: it never
-        makes a call wait for its turn, nor waits behind the workspace's own calls."""
+        One compile at a time (one thread), outside the workspaces' fair shares: it takes no
+        turn of its workspace (it does take a ready child, which the pool replaces)."""
         source = RunRequest(
             "python", req.code, req.entry, {}, COMPILE_TIMEOUT_MS, workspace_id=req.workspace_id
         )

@@ -215,7 +215,7 @@ def _call(fn, entry: str, data: dict, ctx: Ctx):
 
 def _code(req: dict) -> CodeType:
     """The tool's code object: the one the host sent already compiled (made from this very
-    source by a child that was given nothing but the source: runner.Compiled), else compiled
+    source by a child that was given nothing but the source: sandbox/compiled.py), else compiled
     here. Bytes that do not load as a code object of the tool are ignored."""
     made = req.get("compiled")
     if isinstance(made, str):
@@ -296,7 +296,8 @@ def _warm_up(link: _Link, finder: PackageFinder) -> None:
     """Run a trivial tool of our own before the request, so the page faults of a fresh fork
     (copy-on-write of everything the interpreter touches) are paid while idle, not per call.
     It takes the path of compiled code (compiled.py), the one most calls take: warming the
-    compiler too cost every child ~0.1 ms of CPU for the first two calls of a code alone."""
+    compiler as well cost every child ~0.1-0.4 ms of CPU (docs/benchmarks.md, step 36) and
+    helped only the first two calls of a code."""
     protocol.encode(_execute(_SAMPLE_COMPILED, link, finder))
 
 

@@ -274,9 +274,10 @@ def _start_v8() -> None:
     started engine (its flags, snapshot and ICU data read, libffi's closure pool warmed) and
     makes only its own isolates. Started in each worker instead, it cost ~68 ms of CPU per
     worker (V8 ~40, the warm-up ~28), ~1.4 ms per call at RECYCLE_AFTER calls a worker; a
-    forked worker's first isolate ~10 ms (docs/benchmarks.md, step 35). Nothing of it runs
-    after the fork but what a worker calls itself: single-threaded V8 leaves no thread
-    behind (a test counts the template's threads), and the isolate of the warm-up is closed."""
+    forked worker's first isolate ~9-12 ms, measured outside the jail (docs/benchmarks.md,
+    step 35). Nothing of it runs after the fork but what a worker calls itself:
+    single-threaded V8 leaves no thread behind (a test counts the template's threads), and
+    the isolate of the warm-up is closed."""
     _mini_racer.init_mini_racer(flags=("--single-threaded", "--jitless"))  # type: ignore[union-attr]
     jsrunner.preload(_mini_racer)
 
