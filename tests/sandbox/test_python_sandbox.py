@@ -265,6 +265,28 @@ def test_a_tool_can_use_threads_after_the_fork(sandbox: PythonSandbox) -> None:
     assert out.value == {"seen": [0, 1, 2, 3], "main": True, "active": 1}
 
 
+def test_asyncio_is_preloaded_without_ssl_and_a_tool_can_still_import_ssl(
+    sandbox: PythonSandbox,
+) -> None:
+    """The template imports asyncio without ssl (pyrunner.without_ssl): a child starts with
+    asyncio and without ssl, asyncio works, and a tool that imports ssl gets the real one."""
+    code = (
+        "import sys\n"
+        "import asyncio\n"
+        "def handle(i, c):\n"
+        "    before = {'ssl': 'ssl' in sys.modules, 'asyncio': 'asyncio.base_events' in sys.modules}\n"
+        "    async def later():\n"
+        "        await asyncio.sleep(0.001)\n"
+        "        return 7\n"
+        "    import ssl\n"
+        "    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)\n"
+        "    return {**before, 'ran': asyncio.run(later()), 'tls': ctx.protocol.name}"
+    )
+    out = run(sandbox, code)
+    assert out.kind == "return", (out.kind, out.message)
+    assert out.value == {"ssl": False, "asyncio": True, "ran": 7, "tls": "PROTOCOL_TLS_CLIENT"}
+
+
 def test_a_child_starts_with_its_own_home_and_the_fixed_environment(sandbox: PythonSandbox) -> None:
     """The fixed part of the environment and the ignored signals are set once in the template
     (child.prepare), HOME and TMPDIR per child: together what each call sees."""

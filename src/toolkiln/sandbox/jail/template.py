@@ -29,10 +29,12 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import child
-import jsrunner
 import linux
 import pyrunner
 import seccomp
+
+with pyrunner.without_ssl():  # jsrunner imports asyncio
+    import jsrunner
 
 NEW_ROOT = "/tmp/toolkiln-root"
 
