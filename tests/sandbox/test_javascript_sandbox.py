@@ -114,6 +114,64 @@ def test_a_ctx_call_a_microtask_issues_after_the_return_still_runs(sandbox: OneW
     assert link.rows == [("after", None)]
 
 
+class Numbered(Recording):
+    """Answers each ctx call with its name and its place in the order the calls were made."""
+
+    def call(self, name: str, payload: object) -> object:
+        self.calls.append((name, payload))
+        return {"name": name, "nth": len(self.calls)}
+
+
+def test_ctx_calls_are_made_in_order_including_parallel_and_chained_ones(
+    sandbox: OneWorker,
+) -> None:
+    """A ctx call waits in the isolate's queue until the worker takes it (jsrunner.SETUP):
+    awaited one by one, together (Promise.all), chained in a continuation, or issued after
+    the entry's promise settled, each is made once, in the order the code made them, and
+    its answer reaches the code that made it."""
+    link = Numbered()
+    code = (
+        "async function main(params, ctx) {\n"
+        "  const a = await ctx.tools.first({ n: 1 });\n"
+        "  const [b, c] = await Promise.all([ctx.tools.second({}), ctx.tools.third({})]);\n"
+        "  const d = await ctx.tools.fourth({}).then((r) => ctx.tools.fifth({ after: r.nth }));\n"
+        "  Promise.resolve().then(() => ctx.audit('late', { seen: d.nth }));\n"
+        "  return { a, b, c, d };\n"
+        "}"
+    )
+    out = run(sandbox, code, link)
+    assert out.kind == "return", out
+    assert out.value == {
+        "a": {"name": "first", "nth": 1},
+        "b": {"name": "second", "nth": 2},
+        "c": {"name": "third", "nth": 3},
+        "d": {"name": "fifth", "nth": 5},
+    }
+    assert link.calls == [
+        ("first", {"n": 1}),
+        ("second", {}),
+        ("third", {}),
+        ("fourth", {}),
+        ("fifth", {"after": 4}),
+    ]
+    assert link.rows == [("late", {"seen": 5})]
+
+
+def test_a_ctx_call_whose_input_json_cannot_spell_throws_where_it_is_made(
+    sandbox: OneWorker,
+) -> None:
+    link = Numbered()
+    code = (
+        "function main(params, ctx) {\n"
+        "  try { ctx.tools.bad({ n: 1n }); } catch (e) { return { threw: e.name }; }\n"
+        "  return { threw: null };\n"
+        "}"
+    )
+    out = run(sandbox, code, link)
+    assert out.kind == "return" and out.value == {"threw": "TypeError"}, out
+    assert link.calls == []
+
+
 def test_a_value_returned_at_once_is_read_after_the_microtasks_it_queued(
     sandbox: OneWorker,
 ) -> None:

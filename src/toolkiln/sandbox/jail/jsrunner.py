@@ -12,7 +12,6 @@ worker (namespaces, read-only root, uid, seccomp, cgroup) is the boundary.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import json
 import re
@@ -78,13 +77,21 @@ PRELUDE = r"""
 # its entry, its report). Strings cross from V8 to Python only as JSON text made by the
 # JSON.stringify captured here (it escapes lone surrogates, which the engine's own string
 # conversion cannot pass).
-SETUP = """(host, listedJson, entries) => {
+SETUP = """(listedJson, entries) => {
   const stringify = JSON.stringify, parse = JSON.parse, freeze = Object.freeze;
-  let issued = 0;  // ctx calls this call made (they need the event loop to turn)
+  let issued = 0;  // ctx calls this call made
+  // A ctx call is queued with a promise of its answer; the worker takes the queue after
+  // each crossing into V8 (__tk_take), makes the calls and answers each (__tk_answer), until
+  // none is left: no host callback is wrapped into the isolate (docs/benchmarks.md, step 38).
+  const queue = [], waiting = new Map();
+  let last = 0;
   const encode = (input) => stringify(input === undefined ? null : input);
   const call = (name, input) => {
     issued += 1;
-    return host(stringify(String(name)), encode(input)).then((r) => parse(r));
+    const request = [last + 1, stringify(String(name)), encode(input)];  // may throw: now
+    last += 1;
+    queue.push(request);
+    return new Promise((ok, no) => { waiting.set(last, [ok, no]); }).then((r) => parse(r));
   };
   // Any name is a tool, but for those the language itself asks an object for: 'then' (so
   // awaiting ctx.tools does not call a tool named then, and hang), 'toJSON'
@@ -110,6 +117,13 @@ SETUP = """(host, listedJson, entries) => {
     return module.exports;
   };
   const define = (name, value) => Object.defineProperty(globalThis, name, { value });
+  define('__tk_take', () => stringify(queue.splice(0, 64)));
+  define('__tk_answer', (id, ok, text) => {
+    const pair = waiting.get(id);
+    if (pair === undefined) return;
+    waiting.delete(id);
+    if (ok) pair[0](text); else pair[1](new Error(text));
+  });
   define('require', require);
   define('__tk_default', (m) => (m && m.__esModule && 'default' in m ? m.default : m));
   define('__tk_modules', (s) => { sources = parse(s); });
@@ -159,9 +173,7 @@ ENTRIES = ("main", "handle")
 def _setup_script(log_cap: int, listed: tuple) -> str:
     runners = ", ".join(f"__tk_run_{n}: {ENTRY.replace('__ENTRY__', n)}" for n in ENTRIES)
     prelude = PRELUDE.replace("__TK_LOG_CAP__", str(int(log_cap)))
-    return (
-        f"{prelude}\n((setup) => (host) => setup(host, {_literal(listed)}, {{{runners}}}))({SETUP})"
-    )
+    return f"{prelude}\n({SETUP})({_literal(listed)}, {{{runners}}});"
 
 
 def _isolate(mr_module: Any) -> Any:
@@ -251,17 +263,15 @@ MEMORY = {"kind": "exception", "type": "MemoryError", "message": "JavaScript hea
 
 class Fresh:
     """An isolate made while the worker is idle, after the previous call's report was sent:
-    a new V8 isolate and context with the prelude and SETUP evaluated and the host callback
-    wrapped, so that a call brings only its code and its data. It serves at most one call
-    (``link`` is set once, for it): ``release`` ends the ctx calls left in flight before the
+    a new V8 isolate and context with the prelude and SETUP evaluated, so that a call brings
+    only its code and its data. It serves at most one call (``link`` is set once, for it):
+    ``answer_all`` makes the ctx calls the call queued, ``release`` ends its link before the
     report goes out, ``close`` frees the isolate after it."""
 
     def __init__(self, mr: Any, log_cap: int) -> None:
         self.mr = mr
         self.log_cap = log_cap
         self.link = None
-        self.started = 0  # ctx calls (host callbacks) begun
-        self._wrapped = contextlib.AsyncExitStack()
 
     @classmethod
     async def make(
@@ -272,42 +282,51 @@ class Fresh:
         mr = fresh.mr
         try:
             mr.set_hard_memory_limit(heap_bytes)
-            # One script: the prelude, and SETUP bound to everything but the host callback.
-            setup = mr.eval(_setup_script(log_cap, tuple(listed)))
-            host = await fresh._wrapped.enter_async_context(mr.wrap_py_function(fresh._host))
-            setup(host)
-            del setup, host  # JS handles: freed now, against their context
+            # One script: the prelude and SETUP. No host callback is wrapped: a ctx call waits
+            # in the isolate's queue until ``answer_all`` takes it (wrapping one was ~0.6 ms
+            # of the worker's CPU per isolate, so per call: docs/benchmarks.md, step 38).
+            mr.eval(_setup_script(log_cap, tuple(listed)))
         except BaseException:
             await fresh.close()
             raise
         return fresh
 
-    async def _host(self, *args: object) -> str:
-        self.started += 1
+    def _answer(self, name_json: object, input_json: object) -> str:
+        """One queued ctx call made: the arguments of its ``__tk_answer``, whether it
+        succeeded and, as a JavaScript string literal, its answer's JSON text or why it
+        failed. What the isolate queued is tool-made text: parsed here like any frame."""
         link = self.link
-        if link is None:
-            raise RuntimeError("no call is running")
-        name, payload = json.loads(str(args[0])), json.loads(str(args[1]))
-        if name == "__audit__":
-            event, data = (
-                payload if isinstance(payload, list) and len(payload) == 2 else (None, None)
-            )
-            link.audit(event, data)
-            return "null"
-        return json.dumps(link.call(name, payload))
+        try:
+            if link is None:
+                raise RuntimeError("no call is running")
+            name, payload = json.loads(str(name_json)), json.loads(str(input_json))
+            if name == "__audit__":
+                event, data = (
+                    payload if isinstance(payload, list) and len(payload) == 2 else (None, None)
+                )
+                link.audit(event, data)
+                return f"true, {_literal(None)}"
+            return f"true, {_literal(link.call(name, payload))}"
+        except Exception as exc:
+            return f"false, {json.dumps(str(exc)[:2000])}"
 
-    async def started_all(self, issued: int, turns: int = 8) -> None:
-        """Let the loop turn until the ``issued`` ctx calls have run (each runs to its end
-        in the turn it starts: the host side of a call never awaits), a few turns at most."""
-        for _ in range(turns):
-            if self.started >= issued:
+    def answer_all(self) -> None:
+        """Make the ctx calls the call queued, in the order it made them, answering each into
+        the isolate (its continuation runs there and may queue more), until none is left.
+        Each is made to its end before the next, as the host side of a call never awaits."""
+        mr = self.mr
+        while True:
+            queued = json.loads(str(mr.eval("__tk_take()")))
+            if not isinstance(queued, list) or not queued:
                 return
-            await asyncio.sleep(0)
+            for item in queued:
+                if not (isinstance(item, list) and len(item) == 3 and type(item[0]) is int):
+                    return  # not what SETUP queues: nothing more is answered
+                mr.eval(f"__tk_answer({item[0]}, {self._answer(item[1], item[2])})")
 
     async def release(self) -> None:
-        """Cancel the ctx calls still in flight; the host callback answers no more."""
+        """The link ends here: a ctx call still queued is never made."""
         self.link = None
-        await self._wrapped.aclose()
 
     async def close(self) -> None:
         await self.release()
@@ -350,10 +369,11 @@ async def _run(fresh: Fresh, req: dict, link) -> tuple[dict, dict | None]:
             if int(issued):
                 # Microtasks issued ctx calls after the value was returned: they run before
                 # the report, as they did while the value was awaited; the logs are read again.
-                await fresh.started_all(int(issued))
+                fresh.answer_all()
                 logs = mr.eval("__tk_logs()")
             return _returned(text), json.loads(logs)
-        text = await value  # a promise: an async entry, a ctx call in flight, or an error
+        fresh.answer_all()  # a promise: an async entry, ctx calls in flight, or an error
+        text = await value
     except Exception as exc:
         if mr.was_hard_memory_limit_reached():
             return dict(MEMORY), None
