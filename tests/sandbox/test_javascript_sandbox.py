@@ -3,16 +3,30 @@ call returning at once (no promise) keeps the semantics of an awaited one."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.sandbox.links import NoCtx
 from toolkiln.domain.execution import RunOutcome, RunRequest
+from toolkiln.sandbox import jail
+from toolkiln.sandbox.jail import protocol
 from toolkiln.sandbox.js_runner import JavaScriptSandbox
 from toolkiln.sandbox.packages import JsPackageStore
 from toolkiln.sandbox.pool import WarmChild
+
+# jail/jsrunner.py runs as a top-level module in the jail (it imports its siblings so): read
+# its cap from the source rather than importing it into the service's package.
+MAX_ANSWERS = int(
+    re.search(
+        r"^MAX_ANSWERS = (\d+)",
+        (Path(jail.__file__).parent / "jsrunner.py").read_text(),
+        re.MULTILINE,
+    ).group(1)  # type: ignore[union-attr]
+)
 
 
 class OneWorker(JavaScriptSandbox):
@@ -170,6 +184,42 @@ def test_a_ctx_call_whose_input_json_cannot_spell_throws_where_it_is_made(
     out = run(sandbox, code, link)
     assert out.kind == "return" and out.value == {"threw": "TypeError"}, out
     assert link.calls == []
+
+
+def test_a_ctx_call_of_what_json_cannot_spell_is_refused_without_being_made(
+    sandbox: OneWorker,
+) -> None:
+    link = Numbered()
+    code = (
+        "async function main(params, ctx) {\n"
+        "  try { await ctx.tools.fn(() => 1); } catch (e) { return [e.name, e.message]; }\n"
+        "  return null;\n"
+        "}"
+    )
+    out = run(sandbox, code, link)
+    assert out.kind == "return", out
+    assert out.value == ["TypeError", "a ctx call takes what JSON can spell"]
+    assert link.calls == []
+
+
+def test_ctx_calls_that_queue_each_other_without_end_end_the_run_at_the_hosts_cap(
+    sandbox: OneWorker,
+) -> None:
+    """Each answer queues the next call: the host ends the run at its cap of ctx frames (not
+    at the call's timeout) and the next call is served. (The worker itself stops answering at
+    MAX_ANSWERS, above the host's cap, rather than spin on calls that can only fail.)"""
+    assert MAX_ANSWERS > protocol.Caps().ctx_frames
+    code = (
+        "function main(params, ctx) {\n"
+        "  const again = () => ctx.audit('x', null).then(again, again);\n"
+        "  again();\n"
+        "  return { message: 'ok' };\n"
+        "}"
+    )
+    out = run(sandbox, code, Recording())
+    assert (out.kind, out.error_type) == ("exception", "CtxLimitError"), out
+    after = run(sandbox, "function main() { return { message: 'next' } }", Recording())
+    assert after.kind == "return" and after.value == {"message": "next"}, after
 
 
 def test_a_value_returned_at_once_is_read_after_the_microtasks_it_queued(

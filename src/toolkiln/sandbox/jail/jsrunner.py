@@ -73,10 +73,11 @@ PRELUDE = r"""
 """
 
 # Made while the worker is idle, with the isolate (``Fresh``): everything of a call that does
-# not depend on its code or input, so a call crosses from Python to V8 three times (its code,
-# its entry, its report). Strings cross from V8 to Python only as JSON text made by the
-# JSON.stringify captured here (it escapes lone surrogates, which the engine's own string
-# conversion cannot pass).
+# not depend on its code or input, so a call returning at once crosses from Python to V8
+# three times (its code, its entry, its report; one more to take the ctx queue if the entry
+# returns a promise, and one per ctx call to answer it). Strings cross from V8 to Python
+# only as JSON text made by the JSON.stringify captured here (it escapes lone surrogates,
+# which the engine's own string conversion cannot pass).
 SETUP = """(listedJson, entries) => {
   const stringify = JSON.stringify, parse = JSON.parse, freeze = Object.freeze;
   let issued = 0;  // ctx calls this call made
@@ -89,6 +90,9 @@ SETUP = """(listedJson, entries) => {
   const call = (name, input) => {
     issued += 1;
     const request = [last + 1, stringify(String(name)), encode(input)];  // may throw: now
+    if (request[2] === undefined) {  // a function, a symbol: nothing JSON can spell
+      return Promise.reject(new TypeError('a ctx call takes what JSON can spell'));
+    }
     last += 1;
     queue.push(request);
     return new Promise((ok, no) => { waiting.set(last, [ok, no]); }).then((r) => parse(r));
@@ -117,7 +121,15 @@ SETUP = """(listedJson, entries) => {
     return module.exports;
   };
   const define = (name, value) => Object.defineProperty(globalThis, name, { value });
-  define('__tk_take', () => stringify(queue.splice(0, 64)));
+  // At most 64 calls, or what passes 1 MiB of text, taken at once.
+  define('__tk_take', () => {
+    let n = 0, size = 0;
+    while (n < queue.length && n < 64 && (n === 0 || size + queue[n][2].length <= 1048576)) {
+      size += queue[n][2].length;
+      n += 1;
+    }
+    return stringify(queue.splice(0, n));
+  });
   define('__tk_answer', (id, ok, text) => {
     const pair = waiting.get(id);
     if (pair === undefined) return;
@@ -257,6 +269,7 @@ def _error(exc: BaseException) -> dict:
 
 
 LOG_CAP = 65536
+MAX_ANSWERS = 1024  # ctx calls answered per call: the host allows 1000 frames a run
 NO_LOGS = {"out": [], "err": [], "dropped": 0}
 MEMORY = {"kind": "exception", "type": "MemoryError", "message": "JavaScript heap limit reached"}
 
@@ -312,17 +325,28 @@ class Fresh:
 
     def answer_all(self) -> None:
         """Make the ctx calls the call queued, in the order it made them, answering each into
-        the isolate (its continuation runs there and may queue more), until none is left.
-        Each is made to its end before the next, as the host side of a call never awaits."""
+        the isolate (its continuation runs there and may queue more), until none is left or
+        MAX_ANSWERS were answered (the host ends a run past its own cap of ctx frames, so
+        what is left could only fail). Each is made to its end before the next, as the host
+        side of a call never awaits. Only calls queued during these crossings into V8 are
+        made: the isolate runs nothing between them (no timers, no tasks of its own)."""
         mr = self.mr
-        while True:
+        answered = 0
+        while answered < MAX_ANSWERS:
             queued = json.loads(str(mr.eval("__tk_take()")))
-            if not isinstance(queued, list) or not queued:
+            if not isinstance(queued, list) or not queued or len(queued) > 64:
                 return
             for item in queued:
-                if not (isinstance(item, list) and len(item) == 3 and type(item[0]) is int):
+                if not (
+                    isinstance(item, list)
+                    and len(item) == 3
+                    and type(item[0]) is int
+                    and isinstance(item[1], str)
+                    and isinstance(item[2], str)
+                ):
                     return  # not what SETUP queues: nothing more is answered
                 mr.eval(f"__tk_answer({item[0]}, {self._answer(item[1], item[2])})")
+                answered += 1
 
     async def release(self) -> None:
         """The link ends here: a ctx call still queued is never made."""
@@ -402,8 +426,9 @@ async def _renew(spent: list, mr_module: object, heap: int, listed: list):
 async def _one(box: list, mr_module: object, req: dict, link, heap: int, listed: list):
     """One call in its own isolate: ``box[0]``, prepared, or one made now and put there
     (whoever holds the box closes it once the report is sent). Before the report goes
-    out, nothing the call started is left running: its ctx calls in flight and any other
-    task are cancelled (what ``asyncio.run`` did per call)."""
+    out, nothing the call started is left running: its ctx calls were made (or are never
+    made), and any task of the worker's loop is cancelled (what ``asyncio.run`` did per
+    call)."""
     try:
         log_cap = int(req.get("log_cap", LOG_CAP))
         if box[0] is None or box[0].log_cap != log_cap:
