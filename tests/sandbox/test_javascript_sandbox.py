@@ -222,6 +222,24 @@ def test_ctx_calls_that_queue_each_other_without_end_end_the_run_at_the_hosts_ca
     assert after.kind == "return" and after.value == {"message": "next"}, after
 
 
+def test_an_async_entry_resolved_at_once_still_makes_its_ctx_calls_and_reports_their_logs(
+    sandbox: OneWorker,
+) -> None:
+    """An async entry's value is read once its queued ctx calls are answered (jsrunner
+    ``__tk_done``): a call it did not await is made, and what its answer logged is reported."""
+    link = Numbered()
+    code = (
+        "async function main(params, ctx) {\n"
+        "  ctx.tools.later({}).then((r) => console.log('answered', r.nth));\n"
+        "  return { message: 'ok' };\n"
+        "}"
+    )
+    out = run(sandbox, code, link)
+    assert out.kind == "return" and out.value == {"message": "ok"}, out
+    assert link.calls == [("later", {})]
+    assert out.stdout == "answered 1\n"
+
+
 def test_a_value_returned_at_once_is_read_after_the_microtasks_it_queued(
     sandbox: OneWorker,
 ) -> None:
