@@ -141,7 +141,7 @@ SETUP = """(listedJson, entries) => {
   define('__tk_modules', (s) => { sources = parse(s); });
   // A value returned at once (no promise, no ctx call in flight) is kept for __tk_report,
   // read once the microtasks the call queued have run (as after an await); anything else
-  // is a promise: the text it resolved to is kept too (__tk_outcome), read once the worker
+  // is a promise: the text it resolved to is kept too (__tk_done), read once the worker
   // has answered the ctx calls; one rejected, or still waiting, is awaited by the worker.
   let done = false, kept, outcome = null;  // done: a value was returned at once
   const begin = (info) => {
@@ -161,7 +161,7 @@ SETUP = """(listedJson, entries) => {
   };
   // For a promise: the ctx calls waiting to be taken, the logs, the text it resolved to
   // ('' while it has not): one read.
-  define('__tk_done', () => `${queue.length}\n${__tk_logs()}\n${outcome === null ? '' : outcome}`);
+  define('__tk_done', () => `${queue.length}\\n${__tk_logs()}\\n${outcome ?? ''}`);
   for (const [name, make] of Object.entries(entries)) define(name, make(begin, settle));
   // The ctx calls issued since (by the microtasks), the logs, the value: one read.
   define('__tk_report', () => `${issued}\\n${__tk_logs()}\\n${done ? __tk_finish(kept) : 'null'}`);
@@ -305,7 +305,7 @@ class Fresh:
         try:
             mr.set_hard_memory_limit(heap_bytes)
             # One script: the prelude and SETUP. No host callback is wrapped: a ctx call waits
-            # in the isolate's queue until ``answer_all`` takes it (wrapping one was ~0.6 ms
+            # in the isolate's queue until ``answer_all`` takes it (wrapping one cost ~0.5 ms
             # of the worker's CPU per isolate, so per call: docs/benchmarks.md, step 38).
             mr.eval(_setup_script(log_cap, tuple(listed)))
         except BaseException:
@@ -407,7 +407,8 @@ async def _run(fresh: Fresh, req: dict, link) -> tuple[dict, dict | None]:
             return _returned(text), json.loads(logs)
         # A promise: an async entry, ctx calls in flight, or an error. Resolved once its ctx
         # calls are answered, unless it was rejected or still waits: then awaited, as before
-        # (mini-racer's await of a promise cost an async entry ~0.7 ms of CPU: step 38).
+        # (mini-racer's await of a promise cost an async entry ~1 ms of CPU per call:
+        # docs/benchmarks.md, step 39).
         queued, logs, text = str(mr.eval("__tk_done()")).split("\n", 2)
         if int(queued):
             fresh.answer_all()
