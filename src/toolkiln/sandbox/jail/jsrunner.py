@@ -81,9 +81,10 @@ PRELUDE = r"""
 SETUP = """(listedJson, entries) => {
   const stringify = JSON.stringify, parse = JSON.parse, freeze = Object.freeze;
   let issued = 0;  // ctx calls this call made
-  // A ctx call is queued with a promise of its answer; the worker takes the queue after
-  // each crossing into V8 (__tk_take), makes the calls and answers each (__tk_answer), until
-  // none is left: no host callback is wrapped into the isolate (docs/benchmarks.md, step 38).
+  // A ctx call is queued with a promise of its answer; the worker takes the queue after the
+  // call's entry and after each answer (__tk_take), makes the calls and answers each
+  // (__tk_answer), until none is left: no host callback is wrapped into the isolate
+  // (docs/benchmarks.md, step 38).
   const queue = [], waiting = new Map();
   let last = 0;
   const encode = (input) => stringify(input === undefined ? null : input);
@@ -357,12 +358,12 @@ class Fresh:
                 mr.eval(f"__tk_answer({item[0]}, {self._answer(item[1], item[2])})")
                 answered += 1
 
-    async def release(self) -> None:
+    def release(self) -> None:
         """The link ends here: a ctx call still queued is never made."""
         self.link = None
 
     async def close(self) -> None:
-        await self.release()
+        self.release()
         self.mr.close()
 
 
@@ -455,7 +456,7 @@ async def _one(box: list, mr_module: object, req: dict, link, heap: int, listed:
             box[0] = None
             box[0] = await Fresh.make(mr_module, heap, listed, log_cap)
         report, logs = await _run(box[0], req, link)
-        await box[0].release()
+        box[0].release()
         if logs is None:
             logs = json.loads(box[0].mr.eval("__tk_logs()"))
     except Exception as exc:
