@@ -42,7 +42,7 @@ class Budget:
     deadline: float  # time.monotonic()
     max_calls: int = MAX_CTX_CALLS
     used: int = 0
-    policy: Policy | None = None  # read once, at the first call that needs it
+    policy: Policy | None = None  # read once: with an invoked tool, else at its first use
     share: ResourceShare = field(default_factory=ResourceShare)
     counting: bool = True  # False under a test run: nothing nested is counted or stored
 

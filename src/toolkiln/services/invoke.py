@@ -73,7 +73,7 @@ class InvokeService:
         self, credential: Principal | Bearer, tool_id: str, payload: Any, who: CallContext
     ) -> Result:
         """Invoke a stored tool. Given the request's ``Bearer``, the token is checked in the
-        call's one read (the token, the tool, the call id, the agent)."""
+        call's one read (the token, the tool, the call id, the agent, the workspace policy)."""
         read_at = time.monotonic()  # the status read below is this old when the run starts
         with self._uow(readonly=True) as tx:
             principal = (
@@ -90,9 +90,14 @@ class InvokeService:
             if who.tool_call_id is not None and tx.calls.exists(tool.workspace_id, call_id):
                 raise duplicate_call_id()
             agent = tx.agents.get(who.agent_id) if who.agent_id else None
+            # The workspace policy a ctx call checks, read here (one statement) rather than in
+            # a read transaction of its own at the run's first ctx call (step 40).
+            policy = tx.workspaces.policy(tool.workspace_id)
         name = agent.name if agent and agent.workspace_id == tool.workspace_id else None
         caller = self.caller(principal, tool.workspace_id, who, agent_name=name)
-        origin = Origin.root(caller, call_id, Budget.lasting(tool.timeout_ms))
+        budget = Budget.lasting(tool.timeout_ms)
+        budget.policy = policy
+        origin = Origin.root(caller, call_id, budget)
         return self._router.run_tool(origin, tool, payload, read_at=read_at)
 
     def test(

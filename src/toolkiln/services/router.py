@@ -15,8 +15,6 @@ import time
 from collections import OrderedDict
 from typing import Any, Literal
 
-from jsonschema import Draft202012Validator
-
 from toolkiln.domain.builtin import RUN_CODE_SPEC, BuiltinSpec
 from toolkiln.domain.code_check import check_code, entrypoint_of
 from toolkiln.domain.codemode import PROGRAM_TIMEOUT_MS, RUN_PROGRAM, RUN_PROGRAM_SCHEMA
@@ -26,7 +24,7 @@ from toolkiln.domain.origin import Offer, Origin
 from toolkiln.domain.problems import problem
 from toolkiln.domain.records import Policy
 from toolkiln.domain.results import Result, error, refused
-from toolkiln.domain.schema import compile_validator, input_problems
+from toolkiln.domain.schema import InputValidator, compile_validator, input_problems
 from toolkiln.domain.tools import Tool
 from toolkiln.services.dispatch import Builtins
 from toolkiln.services.ports import UnitOfWorkFactory
@@ -46,7 +44,7 @@ class Router:
         self._uow = uow
         self._builtins = builtins
         self._runs = runs
-        self._compiled_cache: OrderedDict[tuple[str, int], tuple[Draft202012Validator, str]] = (
+        self._compiled_cache: OrderedDict[tuple[str, int], tuple[InputValidator, str]] = (
             OrderedDict()
         )
         self._lock = threading.Lock()
@@ -280,7 +278,7 @@ class Router:
         with self._uow(readonly=True) as tx:
             return tx.tools.status(tool_id) == "active"
 
-    def _compiled(self, tool: Tool) -> tuple[Draft202012Validator, str]:
+    def _compiled(self, tool: Tool) -> tuple[InputValidator, str]:
         """The input validator and entrypoint of a tool version, made once and cached."""
         key = (tool.id, tool.version)
         with self._lock:

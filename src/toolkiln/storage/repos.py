@@ -78,7 +78,7 @@ class SqlWorkspaces:
         return [self._row(r) for r in self._c.execute(q).mappings()]
 
     def policy(self, workspace_id: str) -> Policy:
-        row = _POLICY.first(self._c, {"id": workspace_id})  # read by a run's first ctx call
+        row = _POLICY.first(self._c, {"id": workspace_id})  # read by every invoke
         return Policy.from_dict(row["policy"] if row is not None else None)
 
     def set_policy(self, workspace_id: str, policy: Policy) -> None:
