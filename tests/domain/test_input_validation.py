@@ -195,6 +195,16 @@ def test_every_one_change_of_a_valid_value_is_judged_alike(name: str) -> None:
         # Python's regular expressions, not ECMA 262's.
         ({"type": "object", "properties": {"p": {"pattern": "^a$"}}}, {"p": "b"}),
         ({"type": "object", "patternProperties": {"^x": {"type": "integer"}}}, {"xa": "s"}),
+        # A dialect named below the root: jsonschema ignores it, jsonschema-rs may not.
+        (
+            {
+                "type": "object",
+                "properties": {
+                    "p": {"$schema": "http://json-schema.org/draft-07/schema#", "maxItems": 1}
+                },
+            },
+            {"p": [1, 2]},
+        ),
     ],
 )
 def test_keywords_read_differently_are_jsonschemas_alone(schema: dict, value: Any) -> None:

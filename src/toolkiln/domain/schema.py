@@ -93,8 +93,9 @@ def check_schema(schema: Any, field: str = "input_schema") -> list[Problem]:
 # Not here, so never answered by jsonschema-rs: ``format`` (asserted by our jsonschema, an
 # annotation there), ``pattern`` and ``patternProperties`` (ECMA 262 regular expressions
 # there, Python's here), ``multipleOf`` (Python's float division here: 0.07 is not a multiple
-# of 0.01), identifiers and anchors (``$id``, ``$anchor``, ``$dynamic*``) and a ``$ref`` that
-# is not local (jsonschema-rs would try to fetch it), and every keyword not listed.
+# of 0.01), identifiers and anchors (``$id``, ``$anchor``, ``$dynamic*``), a ``$schema`` below
+# the root or naming another dialect, a ``$ref`` that is not local (jsonschema-rs would try to
+# fetch it), and every keyword not listed.
 _ONE = {
     "items", "not", "additionalProperties", "contains", "if", "then", "else",
     "propertyNames", "unevaluatedItems", "unevaluatedProperties",
@@ -106,12 +107,12 @@ _PLAIN = {
     "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
     "minItems", "maxItems", "uniqueItems", "minContains", "maxContains",
     "minProperties", "maxProperties",
-    "$schema", "$comment", "title", "description", "default", "examples", "deprecated",
+    "$comment", "title", "description", "default", "examples", "deprecated",
     "readOnly", "writeOnly", "contentEncoding", "contentMediaType",
 }  # fmt: skip
 
 
-def _shared_keywords_only(schema: Any) -> bool:
+def _shared_keywords_only(schema: Any, root: bool = True) -> bool:
     if isinstance(schema, bool):
         return True
     if not isinstance(schema, dict):
@@ -119,21 +120,28 @@ def _shared_keywords_only(schema: Any) -> bool:
     for key, value in schema.items():
         if key in _PLAIN:
             continue
-        if key == "$ref":
+        if key == "$schema":  # 2020-12 at the root only: elsewhere a dialect could change
+            if not (root and value == DIALECT):
+                return False
+        elif key == "$ref":
             if not (isinstance(value, str) and value.startswith("#")):
                 return False
         elif key in _ONE:
-            if not _shared_keywords_only(value):
+            if not _shared_keywords_only(value, False):
                 return False
         elif key in _LIST:
-            if not isinstance(value, list) or not all(map(_shared_keywords_only, value)):
+            if not isinstance(value, list) or not all(_shared(v) for v in value):
                 return False
         elif key in _MAP:
-            if not isinstance(value, dict) or not all(map(_shared_keywords_only, value.values())):
+            if not isinstance(value, dict) or not all(_shared(v) for v in value.values()):
                 return False
         else:
             return False
     return True
+
+
+def _shared(schema: Any) -> bool:
+    return _shared_keywords_only(schema, False)
 
 
 class InputValidator:
@@ -151,11 +159,11 @@ class InputValidator:
             schema, format_checker=Draft202012Validator.FORMAT_CHECKER
         )
         self._fast: Any = None
-        if _shared_keywords_only(schema):
-            try:  # offline: never a fetch, whatever the schema says
+        try:  # offline: never a fetch, whatever the schema says
+            if _shared_keywords_only(schema):
                 self._fast = jsonschema_rs.Draft202012Validator(schema, offline=True)
-            except Exception:  # noqa: S110 - jsonschema alone judges a schema it cannot take
-                pass
+        except Exception:  # noqa: S110 - jsonschema alone judges a schema it cannot take
+            pass
 
     @property
     def fast(self) -> bool:
