@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import jsonschema_rs
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
+from referencing import Registry, Resource
+from referencing.exceptions import Unresolvable, Unretrievable
 
 from toolkiln.domain.limits import MAX_SCHEMA_BYTES, MAX_SCHEMA_DEPTH
 from toolkiln.domain.problems import Problem, json_depth, problem, text_problems
@@ -88,8 +91,8 @@ def check_schema(schema: Any, field: str = "input_schema") -> list[Problem]:
     return []
 
 
-# Keywords that jsonschema-rs and jsonschema read alike (both pass the official test suite,
-# both compare numbers exactly, big integers included), by where their values hold schemas.
+# Keywords that jsonschema-rs and jsonschema read alike (both pass the official test suite;
+# numbers below 2**53 in magnitude: see _small_numbers), by where their values hold schemas.
 # Not here, so never answered by jsonschema-rs: ``format`` (asserted by our jsonschema, an
 # annotation there), ``pattern`` and ``patternProperties`` (ECMA 262 regular expressions
 # there, Python's here), ``multipleOf`` (Python's float division here: 0.07 is not a multiple
@@ -112,6 +115,25 @@ _PLAIN = {
 }  # fmt: skip
 
 
+_LOCAL_REF = re.compile(r"#(/\$defs/[A-Za-z0-9_.-]+)?")
+# jsonschema-rs compares numbers at or beyond 2**53 inexactly where an integer meets a float
+# (a review found maximum, exclusiveMinimum, const, enum and uniqueItems wrong there).
+_EXACT = 2**53
+
+
+def _small_numbers(value: Any) -> bool:
+    """Whether every number in ``value`` is below 2**53 in magnitude."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return True
+    if isinstance(value, int | float):
+        return -_EXACT < value < _EXACT
+    if isinstance(value, list):
+        return all(_small_numbers(v) for v in value)
+    if isinstance(value, dict):
+        return all(_small_numbers(v) for v in value.values())
+    return False
+
+
 def _shared_keywords_only(schema: Any, root: bool = True) -> bool:
     if isinstance(schema, bool):
         return True
@@ -119,12 +141,15 @@ def _shared_keywords_only(schema: Any, root: bool = True) -> bool:
         return False
     for key, value in schema.items():
         if key in _PLAIN:
+            if not _small_numbers(value):
+                return False
             continue
         if key == "$schema":  # 2020-12 at the root only: elsewhere a dialect could change
             if not (root and value == DIALECT):
                 return False
-        elif key == "$ref":
-            if not (isinstance(value, str) and value.startswith("#")):
+        elif key == "$ref":  # the root or one of its $defs (walked here): a pointer could
+            # name a value (``#/default``) and make it a schema nobody checked
+            if not (isinstance(value, str) and _LOCAL_REF.fullmatch(value)):
                 return False
         elif key in _ONE:
             if not _shared_keywords_only(value, False):
@@ -144,6 +169,22 @@ def _shared(schema: Any) -> bool:
     return _shared_keywords_only(schema, False)
 
 
+def _unless_panic(exc: BaseException) -> None:
+    """Re-raise anything but an error or a Rust panic (pyo3's PanicException is a
+    BaseException) of jsonschema-rs."""
+    if not isinstance(exc, Exception) and type(exc).__name__ != "PanicException":
+        raise exc
+
+
+def _refuse_retrieval(uri: str) -> Resource[Any]:
+    raise Unretrievable(ref=uri)  # type: ignore[call-arg]
+
+
+# A ``$ref`` that is not in the schema itself is never fetched (jsonschema would fetch it over
+# HTTP while validating, and warn): a value it would apply to is refused instead.
+_NO_RETRIEVAL: Registry[Any] = Registry(retrieve=_refuse_retrieval)  # type: ignore[call-arg]
+
+
 class InputValidator:
     """A schema's validator. jsonschema is the judge: a value it finds invalid is refused,
     with its messages. For a schema made only of keywords both libraries read alike,
@@ -156,14 +197,14 @@ class InputValidator:
 
     def __init__(self, schema: dict[str, Any]) -> None:
         self.reference = Draft202012Validator(
-            schema, format_checker=Draft202012Validator.FORMAT_CHECKER
+            schema, format_checker=Draft202012Validator.FORMAT_CHECKER, registry=_NO_RETRIEVAL
         )
         self._fast: Any = None
         try:  # offline: never a fetch, whatever the schema says
             if _shared_keywords_only(schema):
                 self._fast = jsonschema_rs.Draft202012Validator(schema, offline=True)
-        except Exception:  # noqa: S110 - jsonschema alone judges a schema it cannot take
-            pass
+        except BaseException as exc:  # jsonschema alone judges a schema it cannot take
+            _unless_panic(exc)
 
     @property
     def fast(self) -> bool:
@@ -171,11 +212,12 @@ class InputValidator:
         return self._fast is not None
 
     def surely_valid(self, value: Any) -> bool:
-        if self._fast is None:
+        if self._fast is None or not _small_numbers(value):
             return False
         try:
             return bool(self._fast.is_valid(value))
-        except Exception:  # a value it cannot take (lone surrogates, ...): jsonschema judges
+        except BaseException as exc:  # a value it cannot take: jsonschema judges
+            _unless_panic(exc)
             return False
 
 
@@ -189,8 +231,12 @@ def input_problems(validator: InputValidator, value: Any) -> list[Problem]:
     out: list[Problem] = text_problems("input", value)
     if out or validator.surely_valid(value):
         return out
-    errors = validator.reference.iter_errors(value)
-    for err in sorted(errors, key=lambda e: list(e.absolute_path)):
+    try:
+        errors = sorted(validator.reference.iter_errors(value), key=lambda e: list(e.absolute_path))
+    except Unresolvable as exc:
+        ref = str(getattr(exc, "ref", ""))[:200]
+        return [problem("input", f"the schema refers to {ref!r}, which is never fetched")]
+    for err in errors:
         path = ["input", *(str(p) for p in err.absolute_path)]
         if err.validator == "required" and isinstance(err.instance, dict):
             # Name the missing property itself, so a model (or a form) knows which one.
