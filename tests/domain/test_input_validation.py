@@ -3,14 +3,13 @@
 jsonschema is the judge (its messages are the API's); jsonschema-rs answers first for schemas
 made only of keywords both read alike. These tests attack that promise: random values against
 the built-ins' schemas and against schemas that use every shared keyword, and the keywords the
-two read differently, which must never reach jsonschema-rs.
+two read differently, which must never reach jsonschema-rs. (That a schema never makes the
+service send a request is tests/security/test_schema_requests.py.)
 """
 
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -265,52 +264,6 @@ def test_a_value_with_numbers_past_2_53_is_jsonschemas_alone(value: Any, valid: 
     assert validator.fast  # the schema is shared; the value is not
     assert not validator.surely_valid(value)
     assert (input_problems(validator, value) == []) is valid
-
-
-class _Hits(BaseHTTPRequestHandler):
-    hits: list[str] = []
-
-    def do_GET(self) -> None:
-        _Hits.hits.append(self.path)
-        body = b'{"type": "integer"}'
-        self.send_response(200)
-        self.send_header("Content-Type", "application/schema+json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: Any) -> None:
-        return None
-
-
-def test_a_remote_ref_is_never_fetched() -> None:
-    """jsonschema-rs fetches a remote ``$ref`` when it builds a validator, unless told not to:
-    a tool's schema must never make the service open a connection."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Hits)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/s.json"
-        schema = {"type": "object", "properties": {"p": {"$ref": url}}}
-        validator = compile_validator(schema)
-        assert not validator.fast
-        # Validating a value the reference applies to refuses it, without a request
-        # (jsonschema would fetch it while validating, unless told not to).
-        problems = input_problems(validator, {"p": 1})
-        assert problems and problems[0]["field"] == "input" and url in problems[0]["message"]
-        assert input_problems(validator, {}) == []
-        # A value pointed at by a local $ref holding a remote one: jsonschema-rs is never
-        # built for it, and neither library fetches.
-        tricky = {
-            "type": "object",
-            "default": {"$ref": url},
-            "properties": {"a": {"$ref": "#/default"}},
-        }
-        assert input_problems(compile_validator(tricky), {"a": 1})
-        assert _Hits.hits == []
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_text_that_is_not_storable_is_refused_before_either_library() -> None:
