@@ -97,8 +97,9 @@ def check_schema(schema: Any, field: str = "input_schema") -> list[Problem]:
 # annotation there), ``pattern`` and ``patternProperties`` (ECMA 262 regular expressions
 # there, Python's here), ``multipleOf`` (Python's float division here: 0.07 is not a multiple
 # of 0.01), identifiers and anchors (``$id``, ``$anchor``, ``$dynamic*``), a ``$schema`` below
-# the root or naming another dialect, a ``$ref`` that is not local (jsonschema-rs would try to
-# fetch it), and every keyword not listed.
+# the root or naming another dialect, a ``$ref`` other than ``#`` or ``#/$defs/<name>`` (a
+# remote one jsonschema-rs would try to fetch; a pointer into a value would make it a schema),
+# and every keyword not listed.
 _ONE = {
     "items", "not", "additionalProperties", "contains", "if", "then", "else",
     "propertyNames", "unevaluatedItems", "unevaluatedProperties",
