@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import jsonschema_rs
@@ -88,6 +89,9 @@ def check_schema(schema: Any, field: str = "input_schema") -> list[Problem]:
         return [problem(f"{field}.{path}" if path else field, exc.message)]
     if schema.get("type") != "object":
         return [problem(f"{field}.type", 'the root must be {"type": "object", ...}')]
+    loop = looping_ref(schema)
+    if loop is not None:
+        return [problem(f"{field}.{loop}", LOOP_MESSAGE)]
     return []
 
 
@@ -177,6 +181,125 @@ def _unless_panic(exc: BaseException) -> None:
         raise exc
 
 
+# Where a schema applies its subschemas: to the value itself (a ``$ref`` too), or to a part of
+# it (a property, an item, a key). A ``$ref`` that comes back to where it started through the
+# first kind only never reaches a part of the value: validating anything against it recurses
+# without end (jsonschema: RecursionError; jsonschema-rs: a guess).
+_IN_PLACE_ONE = ("not", "if", "then", "else")
+_IN_PLACE_LIST = ("allOf", "anyOf", "oneOf")
+_IN_PLACE_MAP = ("dependentSchemas",)
+_INTO_ONE = (
+    "items", "additionalProperties", "contains", "propertyNames",
+    "unevaluatedItems", "unevaluatedProperties",
+)  # fmt: skip
+_INTO_LIST = ("prefixItems",)
+_INTO_MAP = ("properties", "patternProperties")  # $defs: applied where referenced only
+_IN_PLACE = (_IN_PLACE_ONE, _IN_PLACE_LIST, _IN_PLACE_MAP)
+_INTO = (_INTO_ONE, _INTO_LIST, _INTO_MAP)
+LOOP_MESSAGE = (
+    "refers back to where it started without applying to a part of the value (only through "
+    "$ref, allOf, anyOf, oneOf, not, if/then/else or dependentSchemas), so checking a value "
+    "against it never ends: a recursive schema goes through properties, items or another "
+    "keyword that applies to a part of the value"
+)
+
+_Edge = tuple[Any, list[str]]
+
+
+def _subschemas(
+    node: dict[str, Any],
+    path: list[str],
+    one: tuple[str, ...],
+    many: tuple[str, ...],
+    named: tuple[str, ...],
+) -> list[_Edge]:
+    out: list[_Edge] = []
+    for key in one:
+        if isinstance(node.get(key), dict):
+            out.append((node[key], [*path, key]))
+    for key in many:
+        if isinstance(node.get(key), list):
+            out += [
+                (v, [*path, key, str(i)]) for i, v in enumerate(node[key]) if isinstance(v, dict)
+            ]
+    for key in named:
+        if isinstance(node.get(key), dict):
+            out += [(v, [*path, key, str(k)]) for k, v in node[key].items() if isinstance(v, dict)]
+    return out
+
+
+def _written(schema: dict[str, Any]) -> dict[int, list[str]]:
+    paths: dict[int, list[str]] = {}
+    todo: list[_Edge] = [(schema, [])]
+    for node, path in todo:
+        paths.setdefault(id(node), path)
+        todo += _subschemas(node, path, *_IN_PLACE) + _subschemas(node, path, *_INTO)
+        todo += _subschemas(node, path, (), (), ("$defs",))
+    return paths
+
+
+def looping_ref(schema: dict[str, Any]) -> str | None:
+    """The dotted path of a ``$ref`` that closes a loop applying the schema to the same value
+    over and over (``$ref`` for one at the root), or None. Only what validation reaches
+    counts (an unused ``$defs`` entry is never applied); references resolve as the validator
+    resolves them (``$id`` scopes included), and one that leaves the schema is never fetched
+    and closes no loop."""
+    from referencing.jsonschema import DRAFT202012
+
+    if '"$ref"' not in json.dumps(schema):  # no loop without one (most schemas)
+        return None
+    written = _written(schema)  # where each subschema is, to name it
+    places: dict[int, tuple[list[str], Any]] = {}  # a reached subschema: its path and base
+
+    def place(node: dict[str, Any], path: list[str], resolver: Any) -> dict[str, Any]:
+        if id(node) not in places:
+            if node is not schema and isinstance(node.get("$id"), str):
+                resolver = resolver.in_subresource(DRAFT202012.create_resource(node))
+            places[id(node)] = (path, resolver)
+        return node
+
+    def in_place(node: dict[str, Any]) -> Iterator[_Edge]:
+        path, resolver = places[id(node)]
+        for child, where in _subschemas(node, path, *_INTO):  # a part of the value: anew
+            starts.append(place(child, where, resolver))
+        for child, where in _subschemas(node, path, *_IN_PLACE):
+            yield place(child, where, resolver), where
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            try:
+                target = resolver.lookup(ref)
+            except Exception:  # not in the schema (never fetched), or no such place
+                return
+            if isinstance(target.contents, dict):
+                where = [*path, "$ref"]
+                if id(target.contents) not in places:  # its base is where it was found
+                    name = written.get(id(target.contents), where)
+                    places[id(target.contents)] = (name, target.resolver)
+                yield target.contents, where
+
+    root = _NO_RETRIEVAL.resolver_with_root(DRAFT202012.create_resource(schema))
+    starts = [place(schema, [], root)]
+    done: set[int] = set()
+    for start in starts:  # grows as parts of the value are reached, in the order written
+        if id(start) in done:
+            continue
+        active = {id(start)}
+        stack = [(start, in_place(start))]
+        while stack:  # depth first, without recursion: a chain of $refs may be long
+            node, edges = stack[-1]
+            step = next(edges, None)
+            if step is None:
+                stack.pop()
+                active.discard(id(node))
+                done.add(id(node))
+            elif id(step[0]) in active:
+                return ".".join(step[1])
+            elif id(step[0]) not in done:
+                active.add(id(step[0]))
+                stack.append((step[0], in_place(step[0])))
+    return None
+
+
 def _refuse_retrieval(uri: str) -> Resource[Any]:
     raise Unretrievable(ref=uri)  # type: ignore[call-arg]
 
@@ -194,15 +317,17 @@ class InputValidator:
     valid is valid; any other answer (invalid, or it could not take the value) goes to
     jsonschema."""
 
-    __slots__ = ("_fast", "reference")
+    __slots__ = ("_fast", "loop", "reference")
 
     def __init__(self, schema: dict[str, Any]) -> None:
         self.reference = Draft202012Validator(
             schema, format_checker=Draft202012Validator.FORMAT_CHECKER, registry=_NO_RETRIEVAL
         )
         self._fast: Any = None
+        # A schema stored before saving refused such loops: no value is checked against it.
+        self.loop = looping_ref(schema) if isinstance(schema, dict) else None
         try:  # offline: never a fetch, whatever the schema says
-            if _shared_keywords_only(schema):
+            if self.loop is None and _shared_keywords_only(schema):
                 self._fast = jsonschema_rs.Draft202012Validator(schema, offline=True)
         except BaseException as exc:  # jsonschema alone judges a schema it cannot take
             _unless_panic(exc)
@@ -232,11 +357,19 @@ def input_problems(validator: InputValidator, value: Any) -> list[Problem]:
     out: list[Problem] = text_problems("input", value)
     if out or validator.surely_valid(value):
         return out
+    if validator.loop is not None:
+        return [problem("input", f"the tool's input schema at {validator.loop} {LOOP_MESSAGE}")]
     try:
         errors = sorted(validator.reference.iter_errors(value), key=lambda e: list(e.absolute_path))
     except Unresolvable as exc:
         ref = str(getattr(exc, "ref", ""))[:200]
         return [problem("input", f"the schema refers to {ref!r}, which is never fetched")]
+    except BaseException as exc:  # a loop looping_ref does not follow ($dynamicRef)
+        if not isinstance(exc, RecursionError):
+            _unless_panic(exc)  # referencing's Rust maps (rpds) turn it into a panic
+            if isinstance(exc, Exception):
+                raise
+        return [problem("input", "the tool's input schema refers to itself without end")]
     for err in errors:
         path = ["input", *(str(p) for p in err.absolute_path)]
         if err.validator == "required" and isinstance(err.instance, dict):

@@ -1,0 +1,180 @@
+"""A tool's input schema cannot make the service recurse without end.
+
+A ``$ref`` that leads back to where it started through keywords that apply to the value itself
+(``$ref``, ``allOf``/``anyOf``/``oneOf``, ``not``, ``if``/``then``/``else``,
+``dependentSchemas``) never reaches a part of the value: jsonschema recursed until Python's
+limit on every input (the API answered 400 "the request body is nested too deeply"), and
+jsonschema-rs guessed "valid". Attack: save, update and test such schemas, in several shapes
+(directly, through a chain of ``$defs``, a pointer into ``properties``, an ``$id`` scope), and
+invoke a tool whose schema was stored before saving refused them. Each is refused naming the
+``$ref`` that closes the loop; recursive schemas that do move into the value still work.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from tests.security.conftest import Target
+from tests.security.tenants import tenant
+from toolkiln.storage import tables
+
+LOOPS: list[tuple[dict[str, Any], str]] = [
+    ({"type": "object", "$ref": "#"}, "input_schema.$ref"),
+    ({"type": "object", "allOf": [{"$ref": "#"}]}, "input_schema.allOf.0.$ref"),
+    (
+        {
+            "type": "object",
+            "properties": {"a": {"$ref": "#/$defs/a"}},
+            "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"anyOf": [{"$ref": "#/$defs/a"}]}},
+        },
+        "input_schema.$defs.b.anyOf.0.$ref",
+    ),
+    (
+        {
+            "type": "object",
+            "properties": {"a": {"$ref": "#/$defs/n"}},
+            "$defs": {"n": {"not": {"$ref": "#/$defs/n"}}},
+        },
+        "input_schema.$defs.n.not.$ref",
+    ),
+    (
+        {"type": "object", "$ref": "#/properties/x", "properties": {"x": {"$ref": "#"}}},
+        "input_schema.properties.x.$ref",
+    ),
+    ({"type": "object", "if": {"$ref": "#"}, "then": {}}, "input_schema.if.$ref"),
+    (
+        {"type": "object", "dependentSchemas": {"a": {"$ref": "#"}}},
+        "input_schema.dependentSchemas.a.$ref",
+    ),
+    (
+        {
+            "type": "object",
+            "properties": {"x": {"$ref": "https://example.com/a"}},
+            "$defs": {"a": {"$id": "https://example.com/a", "oneOf": [{"$ref": "#"}]}},
+        },
+        "input_schema.$defs.a.oneOf.0.$ref",
+    ),
+]
+
+CODE = "def main(**params):\n    return {'message': 'ran'}\n"
+
+
+def _draft(target: Target, schema: dict[str, Any], **over: Any) -> dict[str, Any]:
+    return {
+        "workspace_id": target.workspace_id,
+        "name": "looping-schema",
+        "language": "python",
+        "code": CODE,
+        "input_schema": schema,
+        **over,
+    }
+
+
+def _refused(r: Any, field: str) -> None:
+    assert r.status_code == 422, r.text
+    problem = r.json()["error"]["details"][0]
+    assert problem["field"] == field, problem
+    assert "never ends" in problem["message"]
+
+
+@pytest.mark.parametrize(("schema", "field"), LOOPS)
+def test_a_looping_schema_is_refused_on_save_update_and_test(
+    target: Target, schema: dict[str, Any], field: str
+) -> None:
+    c, h = target.client, target.headers
+    _refused(c.post("/v1/custom-tools", json=_draft(target, schema), headers=h), field)
+    saved = c.post(
+        "/v1/custom-tools", json=_draft(target, {"type": "object"}, name="plain"), headers=h
+    )
+    assert saved.status_code == 201, saved.text
+    tool_id = saved.json()["data"]["id"]
+    try:
+        r = c.patch(f"/v1/custom-tools/{tool_id}", json={"input_schema": schema}, headers=h)
+        _refused(r, field)
+        tested = c.post(
+            "/v1/custom-tools/test", json=_draft(target, schema, input={"a": 1}), headers=h
+        )
+        _refused(tested, field)
+    finally:
+        c.delete(f"/v1/custom-tools/{tool_id}", headers=h)
+
+
+def test_a_looping_schema_stored_before_refuses_every_input(target: Target) -> None:
+    t = tenant(target.runtime, target.client, "schema-loops")
+    tool_id = t.tool("stored-loop", CODE, language="python")
+    looping = {"type": "object", "allOf": [{"$ref": "#"}]}
+    with target.runtime.database.engine.begin() as conn:  # as an older version saved it
+        conn.execute(
+            sa.update(tables.tools).where(tables.tools.c.id == tool_id).values(input_schema=looping)
+        )
+        conn.execute(
+            sa.update(tables.tool_versions)
+            .where(tables.tool_versions.c.tool_id == tool_id)
+            .values(input_schema=looping)
+        )
+    for payload in ({}, {"a": 1}):
+        refused = t.invoke(tool_id, payload)
+        assert refused["status"] == "error", refused
+        assert refused["error"]["code"] == "invalid_input", refused
+        assert "never ends" in refused["error"]["details"][0]["message"]
+
+
+RECURSIVE = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "children": {"type": "array", "items": {"$ref": "#"}},
+        "next": {"anyOf": [{"type": "null"}, {"$ref": "#/$defs/node"}]},
+    },
+    "$defs": {"node": {"allOf": [{"$ref": "#"}], "required": ["name"]}},
+    "additionalProperties": False,
+}
+
+
+def _tree(depth: int, leaf: Any) -> dict[str, Any]:
+    node: dict[str, Any] = {"name": leaf}
+    for _ in range(depth):
+        node = {"name": "n", "children": [node], "next": None}
+    return node
+
+
+def test_recursive_schemas_that_move_into_the_value_still_work(target: Target) -> None:
+    t = tenant(target.runtime, target.client, "schema-recursive")
+    tool_id = t.tool("tree", CODE, language="python", input_schema=RECURSIVE)
+    assert t.invoke(tool_id, _tree(20, "leaf"))["status"] == "ok"
+    assert t.invoke(tool_id, {"name": "a", "next": {"name": "b", "next": None}})["status"] == "ok"
+    bad = t.invoke(tool_id, _tree(3, 5))
+    assert bad["error"]["code"] == "invalid_input", bad
+    field = bad["error"]["details"][0]["field"]
+    assert field == "input.children.0.children.0.children.0.name", field
+    missing = t.invoke(tool_id, {"name": "a", "next": {"next": None}})
+    assert missing["error"]["code"] == "invalid_input", missing
+    assert missing["error"]["details"][0]["field"] == "input.next", missing  # anyOf: none fits
+
+
+def test_a_loop_in_a_definition_nothing_uses_is_not_refused(target: Target) -> None:
+    unused = {"type": "object", "$defs": {"n": {"not": {"$ref": "#/$defs/n"}}}}
+    r = target.client.post(
+        "/v1/custom-tools", json=_draft(target, unused, name="unused-loop"), headers=target.headers
+    )
+    assert r.status_code == 201, r.text
+    t = tenant(target.runtime, target.client, "schema-unused-loop")
+    tool_id = t.tool("unused", CODE, language="python", input_schema=unused)
+    assert t.invoke(tool_id, {"a": 1})["status"] == "ok"
+
+
+@pytest.mark.parametrize(("schema", "field"), LOOPS)
+def test_each_refused_shape_really_never_ends(schema: dict[str, Any], field: str) -> None:
+    """Refused for a reason: jsonschema itself recurses until Python's limit on them."""
+    from jsonschema import Draft202012Validator
+
+    from toolkiln.domain.schema import _NO_RETRIEVAL
+
+    value = {"a": 1, "x": 1}
+    with pytest.raises(BaseException) as raised:
+        list(Draft202012Validator(schema, registry=_NO_RETRIEVAL).iter_errors(value))
+    # Python's limit, or the same in referencing's Rust maps (rpds), as a pyo3 panic
+    assert isinstance(raised.value, RecursionError) or "RecursionError" in str(raised.value)
