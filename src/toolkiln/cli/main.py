@@ -101,8 +101,20 @@ def _serve(runtime: Runtime, sock: socket.socket) -> None:
         http="httptools",
         timeout_graceful_shutdown=MAX_TIMEOUT_MS // 1000 + DRAIN_MARGIN_S,
     )
+    _freeze_startup_heap()  # the app is built: what is made from here on is the calls' own
     with sock:
         uvicorn.Server(config).run(sockets=[sock])
+
+
+def _freeze_startup_heap() -> None:
+    """What start-up made (~200k objects: modules, the app, its routes and models) lives as
+    long as the process: out of the collector's sight, so that a full collection walks only
+    what the calls made since. Walking it all held the GIL for ~130-150 ms on the reference
+    VM, a stall of every call in flight whenever one ran (docs/benchmarks.md, step 41)."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
 
 
 def _listen(host: str, port: int) -> socket.socket:
