@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkiln.sandbox.cgroups import Cgroups, Handle
+from toolkiln.sandbox.jail import protocol
 
 log = logging.getLogger("toolkiln.sandbox")
 TEMPLATE = Path(__file__).parent / "jail" / "template.py"
@@ -136,7 +137,7 @@ class _Generation:
 
     def request(self, n: int) -> None:
         with contextlib.suppress(OSError):
-            self.ctl.send(b'{"op": "spawn", "n": %d}' % n)
+            self.ctl.send(protocol.SPAWN + b"%d}" % n)
 
     def stop(self) -> None:
         self.alive = False

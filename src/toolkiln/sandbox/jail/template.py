@@ -17,6 +17,7 @@ reports how each one ended.
 
 from __future__ import annotations
 
+import _socket
 import gc
 import json
 import os
@@ -30,6 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import child
 import linux
+import protocol
 import pyrunner
 import seccomp
 
@@ -190,7 +192,9 @@ class Template:
             shutil.rmtree(scratch, ignore_errors=True)
             os.mkdir(scratch, 0o700)
         os.chown(scratch, uid, uid)
-        host_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        # The C sockets and sendmsg, not socket.py's wrappers (socketpair, send_fds): their
+        # Python touched ~15 more pages per child (docs/benchmarks.md, step 42).
+        host_end, child_end = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
         # A JavaScript worker is long-lived and starts threads (V8): CPython's own fork.
         pid = os.fork() if self.javascript else linux.fork()
         if pid == 0:
@@ -209,7 +213,8 @@ class Template:
         pidfd = os.pidfd_open(pid)
         try:
             msg = b'{"op": "ready", "pid": %d, "uid": %d}' % (pid, uid)  # JSON, as the host reads
-            socket.send_fds(self.ctl, [msg], [pidfd, host_end.fileno()])
+            fds = pidfd.to_bytes(4, sys.byteorder) + host_end.fileno().to_bytes(4, sys.byteorder)
+            self.ctl.sendmsg([msg], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
         finally:
             os.close(pidfd)
             host_end.close()
@@ -259,7 +264,10 @@ class Template:
                 raw = self.ctl.recv(4096)
                 if not raw:
                     return  # the host has gone: PID 1 exits and the kernel kills the rest
-                msg = json.loads(raw)
+                if raw.startswith(protocol.SPAWN) and raw[-1:] == b"}":  # json: ~25 pages
+                    msg: dict = {"op": "spawn", "n": int(raw[len(protocol.SPAWN) : -1])}
+                else:
+                    msg = json.loads(raw)
                 if msg.get("op") == "spawn":
                     for _ in range(max(0, min(int(msg.get("n", 1)), 64))):
                         self.spawn()
