@@ -7,7 +7,9 @@ limit on every input (the API answered 400 "the request body is nested too deepl
 jsonschema-rs guessed "valid". Attack: save, update and test such schemas, in several shapes
 (directly, through a chain of ``$defs``, a pointer into ``properties``, an ``$id`` scope), and
 invoke a tool whose schema was stored before saving refused them. Each is refused naming the
-``$ref`` that closes the loop; recursive schemas that do move into the value still work.
+``$ref`` that closes the loop; recursive schemas that do move into the value still work. The
+same class, without a loop: a schema that applies 2**n subschemas to one value in place, and
+references by anchor that crawled the whole schema again for each (quadratic per input).
 """
 
 from __future__ import annotations
@@ -178,3 +180,85 @@ def test_each_refused_shape_really_never_ends(schema: dict[str, Any], field: str
         list(Draft202012Validator(schema, registry=_NO_RETRIEVAL).iter_errors(value))
     # Python's limit, or the same in referencing's Rust maps (rpds), as a pyo3 panic
     assert isinstance(raised.value, RecursionError) or "RecursionError" in str(raised.value)
+
+
+def test_then_and_else_count_only_beside_an_if_that_can_take_them(target: Target) -> None:
+    c, h = target.client, target.headers
+    for i, schema in enumerate(
+        [
+            {"type": "object", "then": {"$ref": "#"}},  # no if: never applied
+            {"type": "object", "if": False, "then": {"$ref": "#"}},  # never taken
+            {"type": "object", "if": True, "else": {"$ref": "#"}},
+        ]
+    ):
+        r = c.post("/v1/custom-tools", json=_draft(target, schema, name=f"branch-{i}"), headers=h)
+        assert r.status_code == 201, (schema, r.text)
+        c.delete(f"/v1/custom-tools/{r.json()['data']['id']}", headers=h)
+    taken = {"type": "object", "if": True, "then": {"$ref": "#"}}
+    _refused(
+        c.post("/v1/custom-tools", json=_draft(target, taken), headers=h), "input_schema.then.$ref"
+    )
+
+
+def _fan_out(levels: int) -> dict[str, Any]:
+    """Each definition applies the next one twice, to the same value: 2**levels in all."""
+    defs: dict[str, Any] = {
+        f"d{i}": {"allOf": [{"$ref": f"#/$defs/d{i + 1}"}, {"$ref": f"#/$defs/d{i + 1}"}]}
+        for i in range(levels)
+    }
+    defs[f"d{levels}"] = {"type": "object"}
+    return {"type": "object", "$ref": "#/$defs/d0", "$defs": defs}
+
+
+def test_a_schema_that_applies_too_many_subschemas_to_one_value_is_refused(
+    target: Target,
+) -> None:
+    c, h = target.client, target.headers
+    r = c.post("/v1/custom-tools", json=_draft(target, _fan_out(18)), headers=h)
+    assert r.status_code == 422, r.text
+    problem = r.json()["error"]["details"][0]
+    assert problem["field"].startswith("input_schema.$defs.d"), problem
+    assert "more than 10000 subschemas" in problem["message"]
+    fine = c.post("/v1/custom-tools", json=_draft(target, _fan_out(8), name="fan-8"), headers=h)
+    assert fine.status_code == 201, fine.text  # 256: a repeated definition is not a fault
+    c.delete(f"/v1/custom-tools/{fine.json()['data']['id']}", headers=h)
+
+
+def test_an_id_that_is_no_uri_is_refused_not_a_500(target: Target) -> None:
+    schema = {
+        "type": "object",
+        "$id": "https://example.com/root",
+        "properties": {"a": {"$id": "http://[::1", "$ref": "#/$defs/b"}},
+        "$defs": {"b": {"type": "string"}},
+    }
+    r = target.client.post("/v1/custom-tools", json=_draft(target, schema), headers=target.headers)
+    assert r.status_code == 422, r.text
+    assert "not a URI" in r.json()["error"]["details"][0]["message"]
+
+
+def test_references_by_anchor_resolve_without_crawling_the_schema_again(
+    target: Target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An uncrawled registry crawled the whole schema again for every anchor a value met:
+    880 of them in a 64 KB schema cost 6.6 s of CPU per invalid input. The schema is crawled
+    once when its validator is made, never per value."""
+    import referencing
+
+    n = 300
+    schema = {
+        "type": "object",
+        "properties": {f"p{i}": {"$ref": f"#a{i}"} for i in range(n)},
+        "$defs": {f"d{i}": {"$anchor": f"a{i}", "type": "string"} for i in range(n)},
+    }
+    t = tenant(target.runtime, target.client, "schema-anchors")
+    tool_id = t.tool("anchors", CODE, language="python", input_schema=schema)
+    assert t.invoke(tool_id, {"p0": "x"})["status"] == "ok"  # the validator is made (cached)
+    crawls = []
+    real = referencing.Registry.crawl
+    monkeypatch.setattr(referencing.Registry, "crawl", lambda self: crawls.append(1) or real(self))
+    value: dict[str, Any] = {f"p{i}": "x" for i in range(n)}
+    value["p7"] = 7
+    refused = t.invoke(tool_id, value)
+    assert refused["error"]["details"][0]["field"] == "input.p7", refused
+    assert t.invoke(tool_id, {f"p{i}": "x" for i in range(n)})["status"] == "ok"
+    assert len(crawls) <= 2, len(crawls)

@@ -12,6 +12,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from referencing import Registry, Resource
 from referencing.exceptions import Unresolvable, Unretrievable
+from referencing.jsonschema import DRAFT202012
 
 from toolkiln.domain.limits import MAX_SCHEMA_BYTES, MAX_SCHEMA_DEPTH
 from toolkiln.domain.problems import Problem, json_depth, problem, text_problems
@@ -89,9 +90,12 @@ def check_schema(schema: Any, field: str = "input_schema") -> list[Problem]:
         return [problem(f"{field}.{path}" if path else field, exc.message)]
     if schema.get("type") != "object":
         return [problem(f"{field}.type", 'the root must be {"type": "object", ...}')]
-    loop = looping_ref(schema)
-    if loop is not None:
-        return [problem(f"{field}.{loop}", LOOP_MESSAGE)]
+    try:
+        found = runaway(schema)
+    except ValueError as exc:  # an $id urljoin cannot take
+        return [problem(field, f"has an $id that is not a URI: {str(exc)[:200]}")]
+    if found is not None:
+        return [problem(f"{field}.{found[0]}", found[1])]
     return []
 
 
@@ -184,8 +188,10 @@ def _unless_panic(exc: BaseException) -> None:
 # Where a schema applies its subschemas: to the value itself (a ``$ref`` too), or to a part of
 # it (a property, an item, a key). A ``$ref`` that comes back to where it started through the
 # first kind only never reaches a part of the value: validating anything against it recurses
-# without end (jsonschema: RecursionError; jsonschema-rs: a guess).
-_IN_PLACE_ONE = ("not", "if", "then", "else")
+# without end (jsonschema: RecursionError; jsonschema-rs: a guess). Without a loop, the first
+# kind can still multiply: ``allOf: [{$ref: next}, {$ref: next}]`` down a chain of 18
+# definitions applied 2**18 schemas to one value (6.5 s of CPU, holding the GIL).
+_IN_PLACE_ONE = ("not", "if")
 _IN_PLACE_LIST = ("allOf", "anyOf", "oneOf")
 _IN_PLACE_MAP = ("dependentSchemas",)
 _INTO_ONE = (
@@ -196,11 +202,17 @@ _INTO_LIST = ("prefixItems",)
 _INTO_MAP = ("properties", "patternProperties")  # $defs: applied where referenced only
 _IN_PLACE = (_IN_PLACE_ONE, _IN_PLACE_LIST, _IN_PLACE_MAP)
 _INTO = (_INTO_ONE, _INTO_LIST, _INTO_MAP)
+MAX_APPLIED = 10_000  # subschemas applied to one value, in place, counting repeats
 LOOP_MESSAGE = (
     "refers back to where it started without applying to a part of the value (only through "
     "$ref, allOf, anyOf, oneOf, not, if/then/else or dependentSchemas), so checking a value "
     "against it never ends: a recursive schema goes through properties, items or another "
     "keyword that applies to a part of the value"
+)
+FANOUT_MESSAGE = (
+    f"applies more than {MAX_APPLIED} subschemas to one value (through $ref, allOf, anyOf, "
+    "oneOf, not, if/then/else or dependentSchemas, counting each time a subschema is reached "
+    "again), so checking a value against it would take too long"
 )
 
 _Edge = tuple[Any, list[str]]
@@ -228,25 +240,34 @@ def _subschemas(
     return out
 
 
+def _then_else(node: dict[str, Any], path: list[str]) -> list[_Edge]:
+    """``then`` and ``else`` apply only beside an ``if``, and only the one ``if`` can take."""
+    if "if" not in node:
+        return []
+    keys = (
+        ("then",) if node["if"] is True else ("else",) if node["if"] is False else ("then", "else")
+    )
+    return _subschemas(node, path, keys, (), ())
+
+
 def _written(schema: dict[str, Any]) -> dict[int, list[str]]:
     paths: dict[int, list[str]] = {}
     todo: list[_Edge] = [(schema, [])]
     for node, path in todo:
         paths.setdefault(id(node), path)
-        todo += _subschemas(node, path, *_IN_PLACE) + _subschemas(node, path, *_INTO)
-        todo += _subschemas(node, path, (), (), ("$defs",))
+        todo += _subschemas(node, path, *_IN_PLACE) + _then_else(node, path)
+        todo += _subschemas(node, path, *_INTO) + _subschemas(node, path, (), (), ("$defs",))
     return paths
 
 
-def looping_ref(schema: dict[str, Any]) -> str | None:
-    """The dotted path of a ``$ref`` that closes a loop applying the schema to the same value
-    over and over (``$ref`` for one at the root), or None. Only what validation reaches
-    counts (an unused ``$defs`` entry is never applied); references resolve as the validator
-    resolves them (``$id`` scopes included), and one that leaves the schema is never fetched
-    and closes no loop."""
-    from referencing.jsonschema import DRAFT202012
-
-    if '"$ref"' not in json.dumps(schema):  # no loop without one (most schemas)
+def runaway(schema: dict[str, Any], resolver: Any = None) -> tuple[str, str] | None:
+    """Where checking a value against ``schema`` would never end, or would apply more than
+    MAX_APPLIED subschemas to one value: (the dotted path of the ``$ref`` that closes the
+    loop, or of the subschema that applies that many; the message), or None. Only what
+    validation reaches counts (an unused ``$defs`` entry is never applied); references resolve
+    as the validator resolves them (``$id`` scopes included), and one that leaves the schema
+    is never fetched and closes no loop. Raises ValueError for an ``$id`` that is no URI."""
+    if '"$ref"' not in json.dumps(schema):  # neither without one (most schemas)
         return None
     written = _written(schema)  # where each subschema is, to name it
     places: dict[int, tuple[list[str], Any]] = {}  # a reached subschema: its path and base
@@ -255,14 +276,14 @@ def looping_ref(schema: dict[str, Any]) -> str | None:
         if id(node) not in places:
             if node is not schema and isinstance(node.get("$id"), str):
                 resolver = resolver.in_subresource(DRAFT202012.create_resource(node))
-            places[id(node)] = (path, resolver)
+            places[id(node)] = (written.get(id(node), path), resolver)
         return node
 
     def in_place(node: dict[str, Any]) -> Iterator[_Edge]:
         path, resolver = places[id(node)]
         for child, where in _subschemas(node, path, *_INTO):  # a part of the value: anew
             starts.append(place(child, where, resolver))
-        for child, where in _subschemas(node, path, *_IN_PLACE):
+        for child, where in _subschemas(node, path, *_IN_PLACE) + _then_else(node, path):
             yield place(child, where, resolver), where
         ref = node.get("$ref")
         if isinstance(ref, str):
@@ -277,27 +298,44 @@ def looping_ref(schema: dict[str, Any]) -> str | None:
                     places[id(target.contents)] = (name, target.resolver)
                 yield target.contents, where
 
-    root = _NO_RETRIEVAL.resolver_with_root(DRAFT202012.create_resource(schema))
-    starts = [place(schema, [], root)]
-    done: set[int] = set()
+    starts = [place(schema, [], resolver or registry_of(schema)[0])]
+    applied: dict[int, int] = {}  # a finished subschema: how many it applies, itself included
     for start in starts:  # grows as parts of the value are reached, in the order written
-        if id(start) in done:
+        if id(start) in applied:
             continue
         active = {id(start)}
-        stack = [(start, in_place(start))]
+        stack: list[tuple[dict[str, Any], Iterator[_Edge], list[int]]] = [
+            (start, in_place(start), [])
+        ]
         while stack:  # depth first, without recursion: a chain of $refs may be long
-            node, edges = stack[-1]
+            node, edges, reached = stack[-1]
             step = next(edges, None)
             if step is None:
                 stack.pop()
                 active.discard(id(node))
-                done.add(id(node))
+                applied[id(node)] = 1 + sum(applied[k] for k in reached)
+                if applied[id(node)] > MAX_APPLIED:
+                    return ".".join(places[id(node)][0]), FANOUT_MESSAGE
+                if stack:
+                    stack[-1][2].append(id(node))
             elif id(step[0]) in active:
-                return ".".join(step[1])
-            elif id(step[0]) not in done:
+                return ".".join(step[1]), LOOP_MESSAGE
+            elif id(step[0]) in applied:
+                reached.append(id(step[0]))
+            else:
                 active.add(id(step[0]))
-                stack.append((step[0], in_place(step[0])))
+                stack.append((step[0], in_place(step[0]), []))
     return None
+
+
+def registry_of(schema: dict[str, Any]) -> tuple[Any, Registry[Any]]:
+    """A resolver rooted at ``schema`` and the registry it resolves in, that registry crawled
+    once: an uncrawled one crawls the whole schema again for every ``$anchor`` or ``$id``
+    reference from the root (880 of them in a 64 KB schema: 7.7 s of CPU)."""
+    resource = DRAFT202012.create_resource(schema)
+    uri = resource.id() or ""
+    registry = _NO_RETRIEVAL.with_resource(uri, resource).crawl()
+    return registry.resolver(base_uri=uri), registry
 
 
 def _refuse_retrieval(uri: str) -> Resource[Any]:
@@ -317,17 +355,21 @@ class InputValidator:
     valid is valid; any other answer (invalid, or it could not take the value) goes to
     jsonschema."""
 
-    __slots__ = ("_fast", "loop", "reference")
+    __slots__ = ("_fast", "reference", "runaway")
 
     def __init__(self, schema: dict[str, Any]) -> None:
+        try:
+            resolver, registry = registry_of(schema)
+            # Stored before saving refused them: no value is checked against such a schema.
+            self.runaway = runaway(schema, resolver)
+        except ValueError:  # an $id that is no URI: jsonschema judges (and says so)
+            registry, self.runaway = _NO_RETRIEVAL, None
         self.reference = Draft202012Validator(
-            schema, format_checker=Draft202012Validator.FORMAT_CHECKER, registry=_NO_RETRIEVAL
+            schema, format_checker=Draft202012Validator.FORMAT_CHECKER, registry=registry
         )
         self._fast: Any = None
-        # A schema stored before saving refused such loops: no value is checked against it.
-        self.loop = looping_ref(schema) if isinstance(schema, dict) else None
         try:  # offline: never a fetch, whatever the schema says
-            if self.loop is None and _shared_keywords_only(schema):
+            if self.runaway is None and _shared_keywords_only(schema):
                 self._fast = jsonschema_rs.Draft202012Validator(schema, offline=True)
         except BaseException as exc:  # jsonschema alone judges a schema it cannot take
             _unless_panic(exc)
@@ -357,14 +399,15 @@ def input_problems(validator: InputValidator, value: Any) -> list[Problem]:
     out: list[Problem] = text_problems("input", value)
     if out or validator.surely_valid(value):
         return out
-    if validator.loop is not None:
-        return [problem("input", f"the tool's input schema at {validator.loop} {LOOP_MESSAGE}")]
+    if validator.runaway is not None:
+        where, why = validator.runaway
+        return [problem("input", f"the tool's input schema at {where} {why}")]
     try:
         errors = sorted(validator.reference.iter_errors(value), key=lambda e: list(e.absolute_path))
     except Unresolvable as exc:
         ref = str(getattr(exc, "ref", ""))[:200]
         return [problem("input", f"the schema refers to {ref!r}, which is never fetched")]
-    except BaseException as exc:  # a loop looping_ref does not follow ($dynamicRef)
+    except BaseException as exc:  # a loop runaway does not follow ($dynamicRef, $schema)
         if not isinstance(exc, RecursionError):
             _unless_panic(exc)  # referencing's Rust maps (rpds) turn it into a panic
             if isinstance(exc, Exception):

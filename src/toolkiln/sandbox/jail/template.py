@@ -264,8 +264,9 @@ class Template:
                 raw = self.ctl.recv(4096)
                 if not raw:
                     return  # the host has gone: PID 1 exits and the kernel kills the rest
-                if raw.startswith(protocol.SPAWN) and raw[-1:] == b"}":  # json: ~25 pages
-                    msg: dict = {"op": "spawn", "n": int(raw[len(protocol.SPAWN) : -1])}
+                count = raw[len(protocol.SPAWN) : -1]
+                if raw.startswith(protocol.SPAWN) and raw[-1:] == b"}" and count.isdigit():
+                    msg: dict = {"op": "spawn", "n": int(count)}  # without json: ~25 pages
                 else:
                     msg = json.loads(raw)
                 if msg.get("op") == "spawn":
