@@ -9,7 +9,8 @@ jsonschema-rs guessed "valid". Attack: save, update and test such schemas, in se
 invoke a tool whose schema was stored before saving refused them. Each is refused naming the
 ``$ref`` that closes the loop; recursive schemas that do move into the value still work. The
 same class, without a loop: a schema that applies 2**n subschemas to one value in place, and
-references by anchor that crawled the whole schema again for each (quadratic per input).
+references by anchor that crawled the whole schema again for each (quadratic per input), and
+a recursive schema whose work doubles at each level of the value (cut off by a step budget).
 """
 
 from __future__ import annotations
@@ -262,3 +263,49 @@ def test_references_by_anchor_resolve_without_crawling_the_schema_again(
     assert refused["error"]["details"][0]["field"] == "input.p7", refused
     assert t.invoke(tool_id, {f"p{i}": "x" for i in range(n)})["status"] == "ok"
     assert len(crawls) <= 2, len(crawls)
+
+
+DOUBLING = {  # each level of the value meets the whole schema twice: 2**depth evaluations
+    "type": "object",
+    "allOf": [{"$ref": "#/$defs/a"}, {"$ref": "#/$defs/a"}],
+    "$defs": {"a": {"properties": {"x": {"$ref": "#"}}}},
+}
+
+
+def _nested(depth: int, leaf: Any) -> Any:
+    value = leaf
+    for _ in range(depth):
+        value = {"x": value}
+    return value
+
+
+def test_a_schema_whose_work_doubles_at_each_level_of_the_value_is_cut_off(target: Target) -> None:
+    """Saved (nothing loops, and per value it applies few subschemas), but the work grows as
+    2**depth of the value: values may nest 64 deep. jsonschema counts its steps and stops;
+    jsonschema-rs, which has no budget, is not used for a recursive schema."""
+    t = tenant(target.runtime, target.client, "schema-doubling")
+    tool_id = t.tool("doubling", CODE, language="python", input_schema=DOUBLING)
+    assert t.invoke(tool_id, _nested(3, {}))["status"] == "ok"
+    wrong = t.invoke(tool_id, _nested(3, 1))
+    assert wrong["error"]["details"][0]["field"] == "input.x.x.x", wrong  # its own error
+    for leaf in ({}, 1):  # valid or not, 2**40 steps are never taken
+        cut = t.invoke(tool_id, _nested(40, leaf))
+        assert cut["error"]["code"] == "invalid_input", cut
+        assert "took more steps" in cut["error"]["details"][0]["message"], cut
+
+
+def test_a_large_value_gets_its_own_errors_within_its_budget(target: Target) -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "rows": {
+                "type": "array",
+                "items": {"$ref": "#/$defs/row"},
+            }
+        },
+        "$defs": {"row": {"properties": {f"k{j}": {"minimum": 0} for j in range(10)}}},
+    }
+    t = tenant(target.runtime, target.client, "schema-large-value")
+    tool_id = t.tool("rows", CODE, language="python", input_schema=schema)
+    bad = t.invoke(tool_id, {"rows": [{f"k{j}": -1 for j in range(10)} for _ in range(2000)]})
+    assert bad["error"]["details"][0]["field"] == "input.rows.0.k0", bad

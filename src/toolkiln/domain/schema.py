@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+import threading
 from typing import Any
 
 import jsonschema_rs
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import SchemaError
 from referencing import Registry, Resource
 from referencing.exceptions import Unresolvable, Unretrievable
@@ -95,7 +95,7 @@ def check_schema(schema: Any, field: str = "input_schema") -> list[Problem]:
     except ValueError as exc:  # an $id urljoin cannot take
         return [problem(field, f"has an $id that is not a URI: {str(exc)[:200]}")]
     if found is not None:
-        return [problem(f"{field}.{found[0]}", found[1])]
+        return [problem(f"{field}.{found[0]}" if found[0] else field, found[1])]
     return []
 
 
@@ -141,6 +141,15 @@ def _small_numbers(value: Any) -> bool:
     if isinstance(value, dict):
         return all(_small_numbers(v) for v in value.values())
     return False
+
+
+def _parts(value: Any) -> int:
+    """How many values ``value`` holds, itself included."""
+    if isinstance(value, dict):
+        return 1 + sum(_parts(v) for v in value.values())
+    if isinstance(value, list):
+        return 1 + sum(_parts(v) for v in value)
+    return 1
 
 
 def _shared_keywords_only(schema: Any, root: bool = True) -> bool:
@@ -202,7 +211,7 @@ _INTO_LIST = ("prefixItems",)
 _INTO_MAP = ("properties", "patternProperties")  # $defs: applied where referenced only
 _IN_PLACE = (_IN_PLACE_ONE, _IN_PLACE_LIST, _IN_PLACE_MAP)
 _INTO = (_INTO_ONE, _INTO_LIST, _INTO_MAP)
-MAX_APPLIED = 10_000  # subschemas applied to one value, in place, counting repeats
+MAX_APPLIED = 10_000  # subschemas one applies to its value in place, counting repeats
 LOOP_MESSAGE = (
     "refers back to where it started without applying to a part of the value (only through "
     "$ref, allOf, anyOf, oneOf, not, if/then/else or dependentSchemas), so checking a value "
@@ -260,72 +269,140 @@ def _written(schema: dict[str, Any]) -> dict[int, list[str]]:
     return paths
 
 
+def _lookup(base: Any, ref: object) -> Any:
+    """Where ``ref`` leads, or None: not a reference, not in the schema (never fetched), no
+    such place, or no schema there."""
+    if not isinstance(ref, str):
+        return None
+    try:
+        target = base.lookup(ref)
+    except Exception:
+        return None
+    return target if isinstance(target.contents, dict) else None
+
+
+class _Graph:
+    """Every subschema validation reaches from the root, with the subschemas each applies to
+    the same value (``inner``: in place, a ``$ref`` too) and to a part of it (``into``)."""
+
+    def __init__(self, schema: dict[str, Any], resolver: Any) -> None:
+        self.schema = schema
+        self.written = _written(schema)  # where each subschema is, to name it
+        self.nodes: dict[int, dict[str, Any]] = {}
+        self.paths: dict[int, list[str]] = {}
+        self.inner: dict[int, list[tuple[int, list[str]]]] = {}  # (child, the edge's path)
+        self.into: dict[int, list[int]] = {}
+        todo: list[tuple[dict[str, Any], list[str], Any]] = [(schema, [], resolver)]
+        for node, path, base in todo:  # breadth first, in the order written
+            if id(node) in self.nodes:
+                continue
+            if node is not schema and isinstance(node.get("$id"), str):
+                base = base.in_subresource(DRAFT202012.create_resource(node))
+            self.nodes[id(node)] = node
+            path = self.paths[id(node)] = self.written.get(id(node), path)
+            into = _subschemas(node, path, *_INTO)
+            inner = _subschemas(node, path, *_IN_PLACE) + _then_else(node, path)
+            todo += [(c, where, base) for c, where in into + inner]
+            self.into[id(node)] = [id(c) for c, _ in into]
+            self.inner[id(node)] = [(id(c), where) for c, where in inner]
+            target = _lookup(base, node.get("$ref"))
+            if target is not None:
+                # A pointer may name a place no keyword applies: its base is where it is.
+                todo.append((target.contents, [*path, "$ref"], target.resolver))
+                self.inner[id(node)].append((id(target.contents), [*path, "$ref"]))
+
+    def loop(self) -> tuple[str | None, list[int]]:
+        """The path of an in-place edge that closes a loop (or None), and the subschemas
+        children first (a topological order of the in-place edges, read backwards)."""
+        order: list[int] = []
+        done: set[int] = set()
+        for start in self.nodes:
+            if start in done:
+                continue
+            active = {start}
+            stack = [(start, iter(self.inner[start]))]
+            while stack:  # depth first, without recursion: a chain of $refs may be long
+                node, edges = stack[-1]
+                step = next(edges, None)
+                if step is None:
+                    stack.pop()
+                    active.discard(node)
+                    done.add(node)
+                    order.append(node)
+                elif step[0] in active:
+                    return ".".join(step[1]), order
+                elif step[0] not in done:
+                    active.add(step[0])
+                    stack.append((step[0], iter(self.inner[step[0]])))
+        return None, order
+
+    def most_applied(self, order: list[int]) -> tuple[int, int]:
+        """The most subschemas one subschema applies to its value in place, itself included
+        and counting repeats, and which: the first (innermost) past MAX_APPLIED, if any."""
+        applied: dict[int, int] = {}
+        for node in order:  # children first
+            applied[node] = 1 + sum(applied[child] for child, _ in self.inner[node])
+            if applied[node] > MAX_APPLIED:
+                return applied[node], node
+        worst = max(applied, key=lambda k: applied[k])
+        return applied[worst], worst
+
+    def paths_down(self, order: list[int]) -> int | None:
+        """How many ways down the schema there are from the root (in place and into parts of
+        the value): an upper bound of the subschemas one value can meet, or None when the
+        schema is recursive (a way down comes back), which bounds nothing."""
+        colour: dict[int, int] = {}
+        ways: dict[int, int] = {}
+        for start in self.nodes:
+            if colour.get(start):
+                continue
+            colour[start] = 1
+            stack = [(start, iter(self._down(start)))]
+            while stack:
+                node, edges = stack[-1]
+                child = next(edges, None)
+                if child is None:
+                    stack.pop()
+                    colour[node] = 2
+                    ways[node] = min(1 + sum(ways[c] for c in self._down(node)), 1 << 62)
+                elif colour.get(child) == 1:
+                    return None
+                elif not colour.get(child):
+                    colour[child] = 1
+                    stack.append((child, iter(self._down(child))))
+        return ways[id(self.schema)]
+
+    def _down(self, node: int) -> list[int]:
+        return [c for c, _ in self.inner[node]] + self.into[node]
+
+
 def runaway(schema: dict[str, Any], resolver: Any = None) -> tuple[str, str] | None:
-    """Where checking a value against ``schema`` would never end, or would apply more than
+    """Where checking a value against ``schema`` would never end, or could apply more than
     MAX_APPLIED subschemas to one value: (the dotted path of the ``$ref`` that closes the
-    loop, or of the subschema that applies that many; the message), or None. Only what
-    validation reaches counts (an unused ``$defs`` entry is never applied); references resolve
-    as the validator resolves them (``$id`` scopes included), and one that leaves the schema
-    is never fetched and closes no loop. Raises ValueError for an ``$id`` that is no URI."""
+    loop, or of a subschema applied most; the message), or None. Only what validation
+    reaches counts (an unused ``$defs`` entry is never applied); references resolve as the
+    validator resolves them (``$id`` scopes included), and one that leaves the schema is never
+    fetched and closes no loop. Raises ValueError for an ``$id`` that is no URI."""
     if '"$ref"' not in json.dumps(schema):  # neither without one (most schemas)
         return None
-    written = _written(schema)  # where each subschema is, to name it
-    places: dict[int, tuple[list[str], Any]] = {}  # a reached subschema: its path and base
+    return _runaway(_Graph(schema, resolver or registry_of(schema)[0]))
 
-    def place(node: dict[str, Any], path: list[str], resolver: Any) -> dict[str, Any]:
-        if id(node) not in places:
-            if node is not schema and isinstance(node.get("$id"), str):
-                resolver = resolver.in_subresource(DRAFT202012.create_resource(node))
-            places[id(node)] = (written.get(id(node), path), resolver)
-        return node
 
-    def in_place(node: dict[str, Any]) -> Iterator[_Edge]:
-        path, resolver = places[id(node)]
-        for child, where in _subschemas(node, path, *_INTO):  # a part of the value: anew
-            starts.append(place(child, where, resolver))
-        for child, where in _subschemas(node, path, *_IN_PLACE) + _then_else(node, path):
-            yield place(child, where, resolver), where
-        ref = node.get("$ref")
-        if isinstance(ref, str):
-            try:
-                target = resolver.lookup(ref)
-            except Exception:  # not in the schema (never fetched), or no such place
-                return
-            if isinstance(target.contents, dict):
-                where = [*path, "$ref"]
-                if id(target.contents) not in places:  # its base is where it was found
-                    name = written.get(id(target.contents), where)
-                    places[id(target.contents)] = (name, target.resolver)
-                yield target.contents, where
-
-    starts = [place(schema, [], resolver or registry_of(schema)[0])]
-    applied: dict[int, int] = {}  # a finished subschema: how many it applies, itself included
-    for start in starts:  # grows as parts of the value are reached, in the order written
-        if id(start) in applied:
-            continue
-        active = {id(start)}
-        stack: list[tuple[dict[str, Any], Iterator[_Edge], list[int]]] = [
-            (start, in_place(start), [])
-        ]
-        while stack:  # depth first, without recursion: a chain of $refs may be long
-            node, edges, reached = stack[-1]
-            step = next(edges, None)
-            if step is None:
-                stack.pop()
-                active.discard(id(node))
-                applied[id(node)] = 1 + sum(applied[k] for k in reached)
-                if applied[id(node)] > MAX_APPLIED:
-                    return ".".join(places[id(node)][0]), FANOUT_MESSAGE
-                if stack:
-                    stack[-1][2].append(id(node))
-            elif id(step[0]) in active:
-                return ".".join(step[1]), LOOP_MESSAGE
-            elif id(step[0]) in applied:
-                reached.append(id(step[0]))
-            else:
-                active.add(id(step[0]))
-                stack.append((step[0], in_place(step[0]), []))
+def _runaway(graph: _Graph) -> tuple[str, str] | None:
+    closing, order = graph.loop()
+    if closing is not None:
+        return closing, LOOP_MESSAGE
+    count, node = graph.most_applied(order)
+    if count > MAX_APPLIED:
+        return ".".join(graph.paths[node]), FANOUT_MESSAGE
     return None
+
+
+def _bounded(graph: _Graph) -> bool:
+    """Whether no value can meet more than MAX_APPLIED of the schema's subschemas: not
+    recursive, and few enough ways down (jsonschema-rs has no budget of its own)."""
+    ways = graph.paths_down(graph.loop()[1])
+    return ways is not None and ways <= MAX_APPLIED
 
 
 def registry_of(schema: dict[str, Any]) -> tuple[Any, Registry[Any]]:
@@ -347,6 +424,48 @@ def _refuse_retrieval(uri: str) -> Resource[Any]:
 _NO_RETRIEVAL: Registry[Any] = Registry(retrieve=_refuse_retrieval)  # type: ignore[call-arg]
 
 
+# Keywords jsonschema may evaluate for one value: a base, and more for each part of a larger
+# value (each costs ~5-15 us of CPU here).
+STEPS = 20_000
+STEPS_PER_PART = 20
+STEPS_MESSAGE = (
+    "checking it against the tool's input schema took more steps than a value of its size "
+    f"may ({STEPS} and {STEPS_PER_PART} for each part of the value): the schema applies "
+    "several subschemas to each level of the value, again at every level"
+)
+
+
+class _Budget(threading.local):
+    left = STEPS
+
+
+_BUDGET = _Budget()
+
+
+class OutOfSteps(Exception):
+    """Checking one value took more keyword evaluations than its budget."""
+
+
+def _counted(keyword: Any) -> Any:
+    def evaluate(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
+        _BUDGET.left -= 1
+        if _BUDGET.left < 0:
+            raise OutOfSteps
+        return keyword(validator, value, instance, schema)
+
+    return evaluate
+
+
+# jsonschema with a budget: every keyword it evaluates counts, so that a recursive schema
+# applying two subschemas to each level of a value (2**depth evaluations: 3.9 s of CPU at 14
+# levels, and values may nest 64 deep) ends with a refusal instead of holding a thread for
+# hours.
+_Budgeted = validators.extend(
+    Draft202012Validator,
+    {name: _counted(fn) for name, fn in Draft202012Validator.VALIDATORS.items()},
+)
+
+
 class InputValidator:
     """A schema's validator. jsonschema is the judge: a value it finds invalid is refused,
     with its messages. For a schema made only of keywords both libraries read alike,
@@ -358,18 +477,24 @@ class InputValidator:
     __slots__ = ("_fast", "reference", "runaway")
 
     def __init__(self, schema: dict[str, Any]) -> None:
+        bounded = True
         try:
             resolver, registry = registry_of(schema)
-            # Stored before saving refused them: no value is checked against such a schema.
-            self.runaway = runaway(schema, resolver)
+            if '"$ref"' in json.dumps(schema):  # without one, a tree: bounded by its size
+                graph = _Graph(schema, resolver)
+                # Stored before saving refused them: no value is checked against such a one.
+                self.runaway = _runaway(graph)
+                bounded = self.runaway is None and _bounded(graph)
+            else:
+                self.runaway = None
         except ValueError:  # an $id that is no URI: jsonschema judges (and says so)
-            registry, self.runaway = _NO_RETRIEVAL, None
-        self.reference = Draft202012Validator(
+            registry, self.runaway, bounded = _NO_RETRIEVAL, None, False
+        self.reference = _Budgeted(
             schema, format_checker=Draft202012Validator.FORMAT_CHECKER, registry=registry
         )
         self._fast: Any = None
         try:  # offline: never a fetch, whatever the schema says
-            if self.runaway is None and _shared_keywords_only(schema):
+            if bounded and _shared_keywords_only(schema):
                 self._fast = jsonschema_rs.Draft202012Validator(schema, offline=True)
         except BaseException as exc:  # jsonschema alone judges a schema it cannot take
             _unless_panic(exc)
@@ -401,9 +526,12 @@ def input_problems(validator: InputValidator, value: Any) -> list[Problem]:
         return out
     if validator.runaway is not None:
         where, why = validator.runaway
-        return [problem("input", f"the tool's input schema at {where} {why}")]
+        return [problem("input", f"the tool's input schema at {where or 'its root'} {why}")]
+    _BUDGET.left = STEPS + STEPS_PER_PART * _parts(value)
     try:
         errors = sorted(validator.reference.iter_errors(value), key=lambda e: list(e.absolute_path))
+    except OutOfSteps:
+        return [problem("input", STEPS_MESSAGE)]
     except Unresolvable as exc:
         ref = str(getattr(exc, "ref", ""))[:200]
         return [problem("input", f"the schema refers to {ref!r}, which is never fetched")]
