@@ -22,6 +22,7 @@ import sqlalchemy as sa
 
 from tests.security.conftest import Target
 from tests.security.tenants import tenant
+from toolkiln.domain.schema import DIALECT
 from toolkiln.storage import tables
 
 LOOPS: list[tuple[dict[str, Any], str]] = [
@@ -288,10 +289,16 @@ def test_a_schema_whose_work_doubles_at_each_level_of_the_value_is_cut_off(targe
     assert t.invoke(tool_id, _nested(3, {}))["status"] == "ok"
     wrong = t.invoke(tool_id, _nested(3, 1))
     assert wrong["error"]["details"][0]["field"] == "input.x.x.x", wrong  # its own error
-    for leaf in ({}, 1):  # valid or not, 2**40 steps are never taken
-        cut = t.invoke(tool_id, _nested(40, leaf))
-        assert cut["error"]["code"] == "invalid_input", cut
-        assert "took more steps" in cut["error"]["details"][0]["message"], cut
+    cut = t.invoke(tool_id, _nested(40, {}))  # valid: 2**40 steps to say so, never taken
+    assert cut["error"]["code"] == "invalid_input", cut
+    assert "took more steps" in cut["error"]["details"][0]["message"], cut
+    wrong = t.invoke(tool_id, _nested(40, 1))  # its first errors are found, then it stops
+    assert wrong["error"]["code"] == "invalid_input", wrong
+    with_dialect = t.tool(
+        "doubling-dialect", CODE, language="python", input_schema={**DOUBLING, "$schema": DIALECT}
+    )
+    cut = t.invoke(with_dialect, _nested(40, {}))  # the root's $schema changes nothing
+    assert "took more steps" in cut["error"]["details"][0]["message"], cut
 
 
 def test_a_large_value_gets_its_own_errors_within_its_budget(target: Target) -> None:
@@ -309,3 +316,43 @@ def test_a_large_value_gets_its_own_errors_within_its_budget(target: Target) -> 
     tool_id = t.tool("rows", CODE, language="python", input_schema=schema)
     bad = t.invoke(tool_id, {"rows": [{f"k{j}": -1 for j in range(10)} for _ in range(2000)]})
     assert bad["error"]["details"][0]["field"] == "input.rows.0.k0", bad
+
+
+@pytest.mark.parametrize(
+    ("schema", "field"),
+    [
+        (
+            {"type": "object", "properties": {"a": {"$schema": DIALECT, "type": "string"}}},
+            "input_schema.properties.a.$schema",
+        ),
+        (
+            {
+                "type": "object",
+                "properties": {"a": {"$ref": "#/properties/b/enum/0"}, "b": {"enum": [1]}},
+            },
+            "input_schema.properties.a.$ref",
+        ),
+        (
+            {"type": "object", "properties": {"a": {"$ref": "#/allOf"}}, "allOf": [{}]},
+            "input_schema.properties.a.$ref",
+        ),
+    ],
+)
+def test_a_dialect_below_the_root_or_a_ref_to_a_non_schema_is_refused(
+    target: Target, schema: dict[str, Any], field: str
+) -> None:
+    r = target.client.post("/v1/custom-tools", json=_draft(target, schema), headers=target.headers)
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["details"][0]["field"] == field, r.text
+
+
+def test_keywords_whose_own_work_grows_with_the_value_are_charged(target: Target) -> None:
+    """uniqueItems compares objects pairwise (4000 of them: 19 s); it is charged before it runs."""
+    schema = {"type": "object", "properties": {"u": {"type": "array", "uniqueItems": True}}}
+    t = tenant(target.runtime, target.client, "schema-unique")
+    tool_id = t.tool("unique", CODE, language="python", input_schema=schema)
+    items = [{"k": i} for i in range(3000)] + [{"k": 0}]  # one repeat: jsonschema-rs says no
+    cut = t.invoke(tool_id, {"u": items})
+    assert "took more steps" in cut["error"]["details"][0]["message"], cut
+    few = t.invoke(tool_id, {"u": [{"k": 1}, {"k": 1}]})
+    assert "non-unique" in few["error"]["details"][0]["message"], few

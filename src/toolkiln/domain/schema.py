@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import threading
@@ -90,6 +91,9 @@ def check_schema(schema: Any, field: str = "input_schema") -> list[Problem]:
         return [problem(f"{field}.{path}" if path else field, exc.message)]
     if schema.get("type") != "object":
         return [problem(f"{field}.type", 'the root must be {"type": "object", ...}')]
+    below = [p for n, p in _written_nodes(schema) if n is not schema and "$schema" in n]
+    if below:  # a dialect of its own would be validated by a validator without a budget
+        return [problem(".".join([field, *below[0], "$schema"]), "is allowed at the root only")]
     try:
         found = runaway(schema)
     except ValueError as exc:  # an $id urljoin cannot take
@@ -224,6 +228,8 @@ FANOUT_MESSAGE = (
     "again), so checking a value against it would take too long"
 )
 
+NOT_SCHEMA_MESSAGE = "refers to a value that is not a schema (an object or a boolean)"
+
 _Edge = tuple[Any, list[str]]
 
 
@@ -259,26 +265,33 @@ def _then_else(node: dict[str, Any], path: list[str]) -> list[_Edge]:
     return _subschemas(node, path, keys, (), ())
 
 
-def _written(schema: dict[str, Any]) -> dict[int, list[str]]:
-    paths: dict[int, list[str]] = {}
+def _written_nodes(schema: dict[str, Any]) -> list[_Edge]:
+    """Every subschema where it is written (keywords that hold schemas, and ``$defs``)."""
     todo: list[_Edge] = [(schema, [])]
     for node, path in todo:
-        paths.setdefault(id(node), path)
-        todo += _subschemas(node, path, *_IN_PLACE) + _then_else(node, path)
+        todo += _subschemas(node, path, *_IN_PLACE) + _subschemas(
+            node, path, ("then", "else"), (), ()
+        )
         todo += _subschemas(node, path, *_INTO) + _subschemas(node, path, (), (), ("$defs",))
+    return todo
+
+
+def _written(schema: dict[str, Any]) -> dict[int, list[str]]:
+    paths: dict[int, list[str]] = {}
+    for node, path in _written_nodes(schema):
+        paths.setdefault(id(node), path)
     return paths
 
 
 def _lookup(base: Any, ref: object) -> Any:
-    """Where ``ref`` leads, or None: not a reference, not in the schema (never fetched), no
-    such place, or no schema there."""
+    """Where ``ref`` leads, or None: not a reference, not in the schema (never fetched), or
+    no such place."""
     if not isinstance(ref, str):
         return None
     try:
-        target = base.lookup(ref)
+        return base.lookup(ref)
     except Exception:
         return None
-    return target if isinstance(target.contents, dict) else None
 
 
 class _Graph:
@@ -292,6 +305,7 @@ class _Graph:
         self.paths: dict[int, list[str]] = {}
         self.inner: dict[int, list[tuple[int, list[str]]]] = {}  # (child, the edge's path)
         self.into: dict[int, list[int]] = {}
+        self.not_schema: list[list[str]] = []  # a $ref to a value that is no schema
         todo: list[tuple[dict[str, Any], list[str], Any]] = [(schema, [], resolver)]
         for node, path, base in todo:  # breadth first, in the order written
             if id(node) in self.nodes:
@@ -306,7 +320,9 @@ class _Graph:
             self.into[id(node)] = [id(c) for c, _ in into]
             self.inner[id(node)] = [(id(c), where) for c, where in inner]
             target = _lookup(base, node.get("$ref"))
-            if target is not None:
+            if target is not None and not isinstance(target.contents, dict | bool):
+                self.not_schema.append([*path, "$ref"])
+            elif target is not None and isinstance(target.contents, dict):
                 # A pointer may name a place no keyword applies: its base is where it is.
                 todo.append((target.contents, [*path, "$ref"], target.resolver))
                 self.inner[id(node)].append((id(target.contents), [*path, "$ref"]))
@@ -389,6 +405,8 @@ def runaway(schema: dict[str, Any], resolver: Any = None) -> tuple[str, str] | N
 
 
 def _runaway(graph: _Graph) -> tuple[str, str] | None:
+    if graph.not_schema:  # jsonschema would fail on every value it reaches (a 500)
+        return ".".join(graph.not_schema[0]), NOT_SCHEMA_MESSAGE
     closing, order = graph.loop()
     if closing is not None:
         return closing, LOOP_MESSAGE
@@ -396,13 +414,6 @@ def _runaway(graph: _Graph) -> tuple[str, str] | None:
     if count > MAX_APPLIED:
         return ".".join(graph.paths[node]), FANOUT_MESSAGE
     return None
-
-
-def _bounded(graph: _Graph) -> bool:
-    """Whether no value can meet more than MAX_APPLIED of the schema's subschemas: not
-    recursive, and few enough ways down (jsonschema-rs has no budget of its own)."""
-    ways = graph.paths_down(graph.loop()[1])
-    return ways is not None and ways <= MAX_APPLIED
 
 
 def registry_of(schema: dict[str, Any]) -> tuple[Any, Registry[Any]]:
@@ -428,14 +439,17 @@ _NO_RETRIEVAL: Registry[Any] = Registry(retrieve=_refuse_retrieval)  # type: ign
 # value (each costs ~5-15 us of CPU here).
 STEPS = 20_000
 STEPS_PER_PART = 20
+STEPS_MAX = 200_000  # whatever the value's size
+RS_WORK = 5_000_000  # ways down the schema x parts of the value jsonschema-rs may take on
+MAX_ERRORS = 100  # read from jsonschema, then sorted by place; the first 20 are reported
 STEPS_MESSAGE = (
     "checking it against the tool's input schema took more steps than a value of its size "
-    f"may ({STEPS} and {STEPS_PER_PART} for each part of the value): the schema applies "
-    "several subschemas to each level of the value, again at every level"
+    f"may ({STEPS} and {STEPS_PER_PART} for each part of the value, at most {STEPS_MAX})"
 )
 
 
 class _Budget(threading.local):
+    armed = False  # only input_problems counts (its own reads of the reference validator)
     left = STEPS
 
 
@@ -446,24 +460,65 @@ class OutOfSteps(Exception):
     """Checking one value took more keyword evaluations than its budget."""
 
 
-def _counted(keyword: Any) -> Any:
-    def evaluate(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
-        _BUDGET.left -= 1
+def _spend(steps: int) -> None:
+    if _BUDGET.armed:
+        _BUDGET.left -= steps
         if _BUDGET.left < 0:
             raise OutOfSteps
-        return keyword(validator, value, instance, schema)
+
+
+def _cost(name: str, value: Any, instance: Any) -> int:
+    """What evaluating one keyword costs beyond one step, where it is more than its
+    subschemas' own steps (which count themselves)."""
+    if name == "enum" and isinstance(value, list):
+        return len(value)
+    if name in ("properties", "required") and isinstance(value, dict | list):
+        return len(value)
+    if name == "patternProperties" and isinstance(value, dict) and isinstance(instance, dict):
+        return len(value) * len(instance)
+    if name == "additionalProperties" and isinstance(instance, dict):
+        return len(instance)
+    if name == "uniqueItems" and value is True and isinstance(instance, list):
+        n = len(instance)  # objects and arrays are compared pairwise (jsonschema's uniq)
+        return n * n // 2 if any(isinstance(i, dict | list) for i in instance) else n
+    return 0
+
+
+def _counted(name: str, keyword: Any) -> Any:
+    def evaluate(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
+        _spend(1 + _cost(name, value, instance))  # before the work: it is what is bounded
+        errors = keyword(validator, value, instance, schema)
+        return None if errors is None else _charged(errors)
 
     return evaluate
+
+
+def _charged(errors: Any) -> Any:
+    for error in errors:  # each message holds a repr of its value: long ones cost more
+        _spend(1 + len(error.message) // 256)
+        yield error
+
+
+def _evolve(self: Any, **changes: Any) -> Any:
+    """jsonschema's evolve picks the validator a subschema's ``$schema`` names, one without
+    this budget: the subschema is evaluated as the 2020-12 it must be (save refuses a
+    ``$schema`` below the root; the root's must be 2020-12) by this validator."""
+    schema = changes.get("schema", self.schema)
+    if isinstance(schema, dict) and "$schema" in schema:
+        changes["schema"] = {k: v for k, v in schema.items() if k != "$schema"}
+    return _plain_evolve(self, **changes)
 
 
 # jsonschema with a budget: every keyword it evaluates counts, so that a recursive schema
 # applying two subschemas to each level of a value (2**depth evaluations: 3.9 s of CPU at 14
 # levels, and values may nest 64 deep) ends with a refusal instead of holding a thread for
-# hours.
+# hours; so do keywords whose own work grows with the value (docs/api.md).
 _Budgeted = validators.extend(
     Draft202012Validator,
-    {name: _counted(fn) for name, fn in Draft202012Validator.VALIDATORS.items()},
+    {name: _counted(name, fn) for name, fn in Draft202012Validator.VALIDATORS.items()},
 )
+_plain_evolve = _Budgeted.evolve
+_Budgeted.evolve = _evolve
 
 
 class InputValidator:
@@ -474,27 +529,36 @@ class InputValidator:
     valid is valid; any other answer (invalid, or it could not take the value) goes to
     jsonschema."""
 
-    __slots__ = ("_fast", "reference", "runaway")
+    __slots__ = ("_fast", "_ways", "reference", "runaway")
 
     def __init__(self, schema: dict[str, Any]) -> None:
-        bounded = True
+        self._fast: Any = None
+        self.runaway: tuple[str, str] | None = None
+        self._ways: int | None = None  # ways down from the root; None: unbounded (recursive)
         try:
             resolver, registry = registry_of(schema)
-            if '"$ref"' in json.dumps(schema):  # without one, a tree: bounded by its size
+            if '"$ref"' in json.dumps(schema):
                 graph = _Graph(schema, resolver)
                 # Stored before saving refused them: no value is checked against such a one.
                 self.runaway = _runaway(graph)
-                bounded = self.runaway is None and _bounded(graph)
-            else:
-                self.runaway = None
-        except ValueError:  # an $id that is no URI: jsonschema judges (and says so)
-            registry, self.runaway, bounded = _NO_RETRIEVAL, None, False
-        self.reference = _Budgeted(
-            schema, format_checker=Draft202012Validator.FORMAT_CHECKER, registry=registry
-        )
-        self._fast: Any = None
+                if self.runaway is None:
+                    self._ways = graph.paths_down(graph.loop()[1])
+            else:  # a tree: a way down to each subschema
+                self._ways = len(_written_nodes(schema))
+            self.reference = _Budgeted(
+                schema, format_checker=Draft202012Validator.FORMAT_CHECKER, registry=registry
+            )
+        except Exception as exc:  # stored before save refused it (an $id or $defs of the
+            # wrong type, an $id that is no URI): no value is checked against it
+            self.runaway, self._ways = ("", f"cannot be used ({str(exc)[:200]})"), None
+            self.reference = None
+            return
         try:  # offline: never a fetch, whatever the schema says
-            if bounded and _shared_keywords_only(schema):
+            if (
+                self._ways is not None
+                and self._ways <= MAX_APPLIED
+                and _shared_keywords_only(schema)
+            ):
                 self._fast = jsonschema_rs.Draft202012Validator(schema, offline=True)
         except BaseException as exc:  # jsonschema alone judges a schema it cannot take
             _unless_panic(exc)
@@ -507,6 +571,8 @@ class InputValidator:
     def surely_valid(self, value: Any) -> bool:
         if self._fast is None or not _small_numbers(value):
             return False
+        if self._ways is not None and self._ways > 100 and self._ways * _parts(value) > RS_WORK:
+            return False  # jsonschema-rs has no budget: jsonschema, which has, judges
         try:
             return bool(self._fast.is_valid(value))
         except BaseException as exc:  # a value it cannot take: jsonschema judges
@@ -524,12 +590,14 @@ def input_problems(validator: InputValidator, value: Any) -> list[Problem]:
     out: list[Problem] = text_problems("input", value)
     if out or validator.surely_valid(value):
         return out
-    if validator.runaway is not None:
-        where, why = validator.runaway
+    if validator.runaway is not None or validator.reference is None:
+        where, why = validator.runaway or ("", "cannot be used")
         return [problem("input", f"the tool's input schema at {where or 'its root'} {why}")]
-    _BUDGET.left = STEPS + STEPS_PER_PART * _parts(value)
+    _BUDGET.left = min(STEPS + STEPS_PER_PART * _parts(value), STEPS_MAX)
+    _BUDGET.armed = True
     try:
-        errors = sorted(validator.reference.iter_errors(value), key=lambda e: list(e.absolute_path))
+        found = itertools.islice(validator.reference.iter_errors(value), MAX_ERRORS)
+        errors = sorted(found, key=lambda e: list(e.absolute_path))
     except OutOfSteps:
         return [problem("input", STEPS_MESSAGE)]
     except Unresolvable as exc:
@@ -541,6 +609,8 @@ def input_problems(validator: InputValidator, value: Any) -> list[Problem]:
             if isinstance(exc, Exception):
                 raise
         return [problem("input", "the tool's input schema refers to itself without end")]
+    finally:
+        _BUDGET.armed = False
     for err in errors:
         path = ["input", *(str(p) for p in err.absolute_path)]
         if err.validator == "required" and isinstance(err.instance, dict):
