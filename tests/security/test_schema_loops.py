@@ -356,3 +356,34 @@ def test_keywords_whose_own_work_grows_with_the_value_are_charged(target: Target
     assert "took more steps" in cut["error"]["details"][0]["message"], cut
     few = t.invoke(tool_id, {"u": [{"k": 1}, {"k": 1}]})
     assert "non-unique" in few["error"]["details"][0]["message"], few
+
+
+def test_subschemas_without_keywords_of_their_own_are_charged_for_the_value_they_walk(
+    target: Target,
+) -> None:
+    """`contains: true` in each of ~6000 subschemas applied to one array: each walks the whole
+    array (16.8 s of CPU for 20,000 items) while evaluating no keyword below it."""
+    defs: dict[str, Any] = {
+        f"d{i}": {"contains": True, "allOf": [{"$ref": f"#/$defs/d{i + 1}"}] * 2} for i in range(11)
+    }
+    defs["d11"] = {"contains": True}
+    schema = {"type": "object", "properties": {"a": {"$ref": "#/$defs/d0"}}, "$defs": defs}
+    t = tenant(target.runtime, target.client, "schema-walks")
+    tool_id = t.tool("walks", CODE, language="python", input_schema=schema)
+    cut = t.invoke(tool_id, {"a": list(range(20_000))})
+    assert "took more steps" in cut["error"]["details"][0]["message"], cut
+    assert t.invoke(tool_id, {"a": [1]})["status"] == "ok"
+
+
+def test_a_ref_to_a_bundled_metaschema_is_never_resolved(target: Target) -> None:
+    """jsonschema's default registry holds its metaschemas: one named by a $ref was applied
+    (as 2020-12) and failed on the value with a TypeError, a 500."""
+    schema = {
+        "type": "object",
+        "properties": {"x": {"$ref": "http://json-schema.org/draft-04/schema#"}},
+    }
+    t = tenant(target.runtime, target.client, "schema-metaschema")
+    tool_id = t.tool("meta", CODE, language="python", input_schema=schema)
+    refused = t.invoke(tool_id, {"x": {"type": [5]}})
+    assert refused["error"]["code"] == "invalid_input", refused
+    assert "never fetched" in refused["error"]["details"][0]["message"], refused

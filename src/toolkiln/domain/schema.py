@@ -467,6 +467,14 @@ def _spend(steps: int) -> None:
             raise OutOfSteps
 
 
+_WALKS_THE_VALUE = frozenset(
+    {
+        "items", "prefixItems", "contains", "unevaluatedItems",
+        "propertyNames", "unevaluatedProperties", "dependentSchemas", "dependentRequired",
+    }
+)  # fmt: skip
+
+
 def _cost(name: str, value: Any, instance: Any) -> int:
     """What evaluating one keyword costs beyond one step, where it is more than its
     subschemas' own steps (which count themselves)."""
@@ -481,6 +489,10 @@ def _cost(name: str, value: Any, instance: Any) -> int:
     if name == "uniqueItems" and value is True and isinstance(instance, list):
         n = len(instance)  # objects and arrays are compared pairwise (jsonschema's uniq)
         return n * n // 2 if any(isinstance(i, dict | list) for i in instance) else n
+    if name in ("const", "enum") and isinstance(instance, dict | list):
+        return len(instance) * (len(value) if name == "enum" and isinstance(value, list) else 1)
+    if name in _WALKS_THE_VALUE and isinstance(instance, dict | list):
+        return len(instance)  # even where the subschema is true or {} (no keyword of its own)
     return 0
 
 
@@ -503,6 +515,7 @@ def _evolve(self: Any, **changes: Any) -> Any:
     """jsonschema's evolve picks the validator a subschema's ``$schema`` names, one without
     this budget: the subschema is evaluated as the 2020-12 it must be (save refuses a
     ``$schema`` below the root; the root's must be 2020-12) by this validator."""
+    _spend(1)  # every subschema entered, even one without keywords (true, {})
     schema = changes.get("schema", self.schema)
     if isinstance(schema, dict) and "$schema" in schema:
         changes["schema"] = {k: v for k, v in schema.items() if k != "$schema"}
@@ -545,8 +558,13 @@ class InputValidator:
                     self._ways = graph.paths_down(graph.loop()[1])
             else:  # a tree: a way down to each subschema
                 self._ways = len(_written_nodes(schema))
+            # Resolved in the schema's own registry only (jsonschema's default adds the
+            # bundled metaschemas, which a $ref could name: refused as never fetched).
             self.reference = _Budgeted(
-                schema, format_checker=Draft202012Validator.FORMAT_CHECKER, registry=registry
+                schema,
+                format_checker=Draft202012Validator.FORMAT_CHECKER,
+                registry=registry,
+                _resolver=resolver,
             )
         except Exception as exc:  # stored before save refused it (an $id or $defs of the
             # wrong type, an $id that is no URI): no value is checked against it
