@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import re
@@ -327,6 +328,7 @@ class _Graph:
                 todo.append((target.contents, [*path, "$ref"], target.resolver))
                 self.inner[id(node)].append((id(target.contents), [*path, "$ref"]))
 
+    @functools.cached_property
     def loop(self) -> tuple[str | None, list[int]]:
         """The path of an in-place edge that closes a loop (or None), and the subschemas
         children first (a topological order of the in-place edges, read backwards)."""
@@ -407,7 +409,7 @@ def runaway(schema: dict[str, Any], resolver: Any = None) -> tuple[str, str] | N
 def _runaway(graph: _Graph) -> tuple[str, str] | None:
     if graph.not_schema:  # jsonschema would fail on every value it reaches (a 500)
         return ".".join(graph.not_schema[0]), NOT_SCHEMA_MESSAGE
-    closing, order = graph.loop()
+    closing, order = graph.loop
     if closing is not None:
         return closing, LOOP_MESSAGE
     count, node = graph.most_applied(order)
@@ -555,7 +557,7 @@ class InputValidator:
                 # Stored before saving refused them: no value is checked against such a one.
                 self.runaway = _runaway(graph)
                 if self.runaway is None:
-                    self._ways = graph.paths_down(graph.loop()[1])
+                    self._ways = graph.paths_down(graph.loop[1])
             else:  # a tree: a way down to each subschema
                 self._ways = len(_written_nodes(schema))
             # Resolved in the schema's own registry only (jsonschema's default adds the
