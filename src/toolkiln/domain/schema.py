@@ -623,7 +623,7 @@ def input_problems(validator: InputValidator, value: Any) -> list[Problem]:
     except Unresolvable as exc:
         ref = str(getattr(exc, "ref", ""))[:200]
         return [problem("input", f"the schema refers to {ref!r}, which is never fetched")]
-    except BaseException as exc:  # a loop runaway does not follow ($dynamicRef, $schema)
+    except BaseException as exc:  # a loop runaway does not follow ($dynamicRef)
         if not isinstance(exc, RecursionError):
             _unless_panic(exc)  # referencing's Rust maps (rpds) turn it into a panic
             if isinstance(exc, Exception):
