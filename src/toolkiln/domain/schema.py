@@ -7,10 +7,12 @@ import itertools
 import json
 import re
 import threading
+import time
 from typing import Any
 
 import jsonschema_rs
-from jsonschema import Draft202012Validator, validators
+import regex
+from jsonschema import Draft202012Validator, FormatChecker, _keywords, _utils, validators
 from jsonschema.exceptions import SchemaError
 from referencing import Registry, Resource
 from referencing.exceptions import Unresolvable, Unretrievable
@@ -95,6 +97,9 @@ def check_schema(schema: Any, field: str = "input_schema") -> list[Problem]:
     below = [p for n, p in _written_nodes(schema) if n is not schema and "$schema" in n]
     if below:  # a dialect of its own would be validated by a validator without a budget
         return [problem(".".join([field, *below[0], "$schema"]), "is allowed at the root only")]
+    for node, at in _written_nodes(schema):
+        if (bad := _unmatchable(node)) is not None:
+            return [problem(".".join([field, *at, *bad[0]]), bad[1])]
     try:
         found = runaway(schema)
     except ValueError as exc:  # an $id urljoin cannot take
@@ -450,9 +455,23 @@ STEPS_MESSAGE = (
 )
 
 
+# All the searches of a tool's patterns (``pattern``, ``patternProperties`` and the
+# keywords that consult them) for one value, in seconds. A pattern is its author's
+# regular expression matched against a caller's text: Python's ``re`` backtracks without
+# bound and holds the GIL while it does (``^(a|a)*$`` on 27 characters: 4.8 s during which
+# the service answered nobody, whatever their workspace). A legitimate pattern takes
+# microseconds.
+PATTERN_SECONDS = 0.25
+PATTERN_MESSAGE = (
+    "matching it against the patterns of the tool's input schema took longer than "
+    f"{PATTERN_SECONDS} s"
+)
+
+
 class _Budget(threading.local):
     armed = False  # only input_problems counts (its own reads of the reference validator)
     left = STEPS
+    until = 0.0  # time.monotonic() when the value's pattern searches must have ended
 
 
 _BUDGET = _Budget()
@@ -460,6 +479,77 @@ _BUDGET = _Budget()
 
 class OutOfSteps(Exception):
     """Checking one value took more keyword evaluations than its budget."""
+
+
+class OutOfTime(Exception):
+    """Checking one value spent more than PATTERN_SECONDS in its pattern searches."""
+
+
+class Unmatchable(Exception):
+    """A pattern ``re`` compiles and ``regex`` does not (saving refuses such a pattern)."""
+
+
+def _unmatchable(node: Any) -> tuple[list[str], str] | None:
+    """Where in ``node`` a pattern is that inputs could not be matched against, and why."""
+    if not isinstance(node, dict):
+        return None
+    found: list[tuple[list[str], Any]] = [(["pattern"], node.get("pattern"))]
+    if isinstance(node.get("patternProperties"), dict):
+        found += [(["patternProperties", k], k) for k in node["patternProperties"]]
+    for where, pattern in found:
+        if isinstance(pattern, str):
+            try:
+                regex.compile(pattern)
+            except regex.error as exc:
+                return where, f"is a pattern inputs cannot be matched against here: {exc}"
+    return None
+
+
+class _BoundedRe:
+    """What jsonschema's keywords call ``re``: its ``search`` (every search of a schema's
+    patterns: ``pattern``, ``patternProperties``, and ``additionalProperties`` and
+    ``unevaluatedProperties``, which consult them) runs on ``regex``, with the GIL released
+    and the time left of PATTERN_SECONDS, while input_problems checks a value; elsewhere (the
+    service's own schemas) it is ``re``'s. A test checks that no other search is left in
+    jsonschema's keywords (tests/security/test_schema_patterns.py)."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(re, name)
+
+    @staticmethod
+    def search(pattern: Any, string: Any, flags: int = 0) -> Any:
+        if not _BUDGET.armed:
+            return re.search(pattern, string, flags)
+        left = _BUDGET.until - time.monotonic()
+        if left <= 0:
+            raise OutOfTime
+        try:
+            return regex.search(pattern, string, flags, timeout=left, concurrent=True)
+        except TimeoutError:
+            raise OutOfTime from None
+        except regex.error as exc:  # stored before saving refused it
+            raise Unmatchable(f"{str(pattern)[:200]!r} cannot be matched here: {exc}") from None
+
+
+_keywords.re = _utils.re = _BoundedRe()
+
+
+def _is_regex(instance: object) -> bool:
+    """``format: regex`` for a caller's text: compiled by ``re`` as jsonschema does (its cost,
+    ~1-2 us a character, is charged to the value's steps by _cost), and nested too deep for
+    the parser to follow is not a regex it takes (jsonschema let the RecursionError out)."""
+    if not isinstance(instance, str):
+        return True
+    try:
+        re.compile(instance)
+    except RecursionError:
+        return False
+    return True
+
+
+FORMATS = FormatChecker()
+FORMATS.checkers = {**Draft202012Validator.FORMAT_CHECKER.checkers}
+FORMATS.checks("regex", raises=re.error)(_is_regex)
 
 
 def _spend(steps: int) -> None:
@@ -495,6 +585,8 @@ def _cost(name: str, value: Any, instance: Any) -> int:
         return len(instance) * (len(value) if name == "enum" and isinstance(value, list) else 1)
     if name in _WALKS_THE_VALUE and isinstance(instance, dict | list):
         return len(instance)  # even where the subschema is true or {} (no keyword of its own)
+    if name == "format" and value == "regex" and isinstance(instance, str):
+        return len(instance) // 8  # compiled: ~1-2 us a character (_is_regex)
     return 0
 
 
@@ -564,7 +656,7 @@ class InputValidator:
             # bundled metaschemas, which a $ref could name: refused as never fetched).
             self.reference = _Budgeted(
                 schema,
-                format_checker=Draft202012Validator.FORMAT_CHECKER,
+                format_checker=FORMATS,
                 registry=registry,
                 _resolver=resolver,
             )
@@ -614,12 +706,17 @@ def input_problems(validator: InputValidator, value: Any) -> list[Problem]:
         where, why = validator.runaway or ("", "cannot be used")
         return [problem("input", f"the tool's input schema at {where or 'its root'} {why}")]
     _BUDGET.left = min(STEPS + STEPS_PER_PART * _parts(value), STEPS_MAX)
+    _BUDGET.until = time.monotonic() + PATTERN_SECONDS
     _BUDGET.armed = True
     try:
         found = itertools.islice(validator.reference.iter_errors(value), MAX_ERRORS)
         errors = sorted(found, key=lambda e: list(e.absolute_path))
     except OutOfSteps:
         return [problem("input", STEPS_MESSAGE)]
+    except OutOfTime:
+        return [problem("input", PATTERN_MESSAGE)]
+    except Unmatchable as exc:
+        return [problem("input", f"the tool's input schema has a pattern that {exc}")]
     except Unresolvable as exc:
         ref = str(getattr(exc, "ref", ""))[:200]
         return [problem("input", f"the schema refers to {ref!r}, which is never fetched")]

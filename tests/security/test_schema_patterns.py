@@ -1,0 +1,285 @@
+"""A tool's input schema cannot make the service backtrack for as long as a caller likes.
+
+A ``pattern`` is its tool author's regular expression, matched in the service against a
+caller's text. Python's ``re`` backtracks without bound and holds the GIL while it does:
+``^(a|a)*$`` against 27 characters took 4.8 s of CPU, during which the service answered nobody
+in any workspace, and 40 characters would take hours. Attack: every keyword of 2020-12 that
+searches a schema's patterns (``pattern``, ``patternProperties``, ``additionalProperties`` and
+``unevaluatedProperties`` beside them, ``propertyNames``), at the root, below a ``$ref`` and in
+items, invoked over the API, as a test run and through ``ctx.tools``. Each is refused
+(``invalid_input``) once the value's searches have taken PATTERN_SECONDS, the service answers
+other callers meanwhile, and ordinary patterns judge as before. The same class for
+``format: regex``, which compiles a caller's text: a compile too deep for the parser is an
+invalid regex, not an error, and a long one is charged to the value's steps.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import regex
+import sqlalchemy as sa
+from jsonschema import Draft202012Validator
+
+from tests.security.conftest import Target
+from tests.security.tenants import tenant
+from toolkiln.domain.schema import (
+    PATTERN_MESSAGE,
+    STEPS_MESSAGE,
+    check_schema,
+    compile_validator,
+    input_problems,
+)
+from toolkiln.storage import tables
+
+# 2**40 ways to split the text: no machine finishes it, with re or with regex.
+EVIL = "^(a|a)*$"
+TEXT = "a" * 40 + "!"
+CODE = "def main(**params):\n    return {'message': 'ran'}\n"
+
+# Each way a schema's patterns are searched, with an input that makes the search backtrack.
+SHAPES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
+    ("pattern", {"properties": {"x": {"type": "string", "pattern": EVIL}}}, {"x": TEXT}),
+    ("patternProperties", {"patternProperties": {EVIL: {"type": "integer"}}}, {TEXT: 1}),
+    (
+        "additionalProperties",
+        {"patternProperties": {EVIL: {}}, "additionalProperties": False},
+        {TEXT: 1},
+    ),
+    (
+        "unevaluatedProperties",
+        {"patternProperties": {EVIL: {}}, "unevaluatedProperties": False},
+        {TEXT: 1},
+    ),
+    ("propertyNames", {"propertyNames": {"pattern": EVIL}}, {TEXT: 1}),
+    (
+        "below a $ref",
+        {"properties": {"x": {"$ref": "#/$defs/s"}}, "$defs": {"s": {"pattern": EVIL}}},
+        {"x": TEXT},
+    ),
+    (
+        "in items",
+        {"properties": {"x": {"type": "array", "items": {"type": "string", "pattern": EVIL}}}},
+        {"x": ["ok", TEXT]},
+    ),
+]
+
+
+def _schema(extra: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", **extra}
+
+
+def _refused_for_time(result: dict[str, Any]) -> None:
+    assert result["status"] == "error", result
+    assert result["error"]["code"] == "invalid_input", result
+    assert result["error"]["details"] == [{"field": "input", "message": PATTERN_MESSAGE}], result
+
+
+@pytest.mark.parametrize(("shape", "extra", "value"), SHAPES, ids=[s[0] for s in SHAPES])
+def test_a_backtracking_pattern_is_cut_off_for_every_keyword(
+    target: Target, shape: str, extra: dict[str, Any], value: dict[str, Any]
+) -> None:
+    t = tenant(target.runtime, target.client, f"patterns-{shape.replace(' ', '-')}")
+    tool_id = t.tool("evil", CODE, language="python", input_schema=_schema(extra))
+    _refused_for_time(t.invoke(tool_id, value))
+    assert t.get_tool(tool_id)["usage_count"] == 0  # refused before any run
+    tested = target.client.post(
+        "/v1/custom-tools/test",
+        json={
+            "workspace_id": t.workspace_id,
+            "name": "evil-draft",
+            "language": "python",
+            "code": CODE,
+            "input_schema": _schema(extra),
+            "input": value,
+        },
+        headers=t.headers,
+    )
+    assert tested.status_code == 200, tested.text
+    _refused_for_time(tested.json()["data"])
+
+
+def test_a_backtracking_pattern_is_cut_off_through_ctx(target: Target) -> None:
+    t = tenant(target.runtime, target.client, "patterns-ctx")
+    inner = t.tool("evil-inner", CODE, language="python", input_schema=_schema(SHAPES[0][1]))
+    assert inner
+    caller = t.tool(
+        "calls-evil",
+        f"def handle(input, ctx):\n    return ctx.tools['evil-inner']({{'x': {TEXT!r}}})\n",
+        language="python",
+    )
+    out = t.invoke(caller, {})
+    assert out["status"] == "ok", out
+    envelope = out["raw_data"]
+    assert envelope["error"] == "invalid_input", out
+    assert envelope["details"]["details"] == [{"field": "input", "message": PATTERN_MESSAGE}], out
+
+
+class _Searches:
+    """When each of ``regex.search``'s calls began and ended (monotonic), as it runs."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.spans: list[list[float]] = []
+        self.began = threading.Event()
+        real = regex.search
+
+        def search(*args: Any, **kwargs: Any) -> Any:
+            span = [time.monotonic(), float("inf")]
+            self.spans.append(span)
+            self.began.set()
+            try:
+                return real(*args, **kwargs)
+            finally:
+                span[1] = time.monotonic()
+
+        monkeypatch.setattr(regex, "search", search)
+
+
+def test_the_service_answers_others_while_a_pattern_backtracks(
+    target: Target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The search runs with the GIL released: another caller's request is answered while the
+    attack's search is still running (under ``re`` it waited for the whole search)."""
+    t = tenant(target.runtime, target.client, "patterns-meanwhile")
+    tool_id = t.tool("evil", CODE, language="python", input_schema=_schema(SHAPES[0][1]))
+    plain = t.tool("plain", CODE, language="python")
+    searches = _Searches(monkeypatch)
+    result: list[dict[str, Any]] = []
+    thread = threading.Thread(target=lambda: result.append(t.invoke(tool_id, {"x": TEXT})))
+    thread.start()
+    assert searches.began.wait(30), "the attack's search never began"
+    answered = t.invoke(plain, {})
+    answered_at = time.monotonic()
+    thread.join(timeout=60)
+    assert answered["status"] == "ok", answered
+    assert result, "the attack's request never answered"
+    _refused_for_time(result[0])
+    began, ended = searches.spans[0]
+    assert began < answered_at < ended, (began, answered_at, ended)
+
+
+def test_other_threads_run_while_a_pattern_backtracks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In-process: a thread that notes the time in a loop while another checks the attack's
+    value runs in the middle of the search (under ``re`` it ran before and after it only)."""
+    validator = compile_validator(_schema(SHAPES[0][1]))
+    searches = _Searches(monkeypatch)
+    finished = threading.Event()
+    out: list[Any] = []
+
+    def check() -> None:
+        out.append(input_problems(validator, {"x": TEXT}))
+        finished.set()
+
+    thread = threading.Thread(target=check)
+    thread.start()
+    assert searches.began.wait(30)
+    seen: list[float] = []
+    while not finished.is_set():
+        seen.append(time.monotonic())
+    thread.join()
+    assert out == [[{"field": "input", "message": PATTERN_MESSAGE}]]
+    began, ended = searches.spans[0]
+    quarter = (ended - began) / 4
+    assert any(began + quarter < s < ended - quarter for s in seen), (began, ended, len(seen))
+
+
+@pytest.mark.parametrize(
+    ("pattern", "good", "bad"),
+    [
+        ("^[a-z]+$", "abc", "ab1"),
+        ("^\\d{3}-\\d{4}$", "555-1234", "5551234"),
+        ("(?i)^hello", "HELLO there", "oh hello"),
+        ("^(a|aa)+$", "aaaa", "aab"),  # backtracks, but not for long on short text
+        ("\\bword\\b", "a word here", "swordfish"),
+    ],
+)
+def test_ordinary_patterns_judge_as_before(pattern: str, good: str, bad: str) -> None:
+    for schema, ok, ko in [
+        (_schema({"properties": {"x": {"type": "string", "pattern": pattern}}}), {"x": good}, {"x": bad}),
+        (_schema({"patternProperties": {pattern: {}}, "additionalProperties": False}), {good: 1}, {bad: 1}),
+    ]:  # fmt: skip
+        validator = compile_validator(schema)
+        reference = Draft202012Validator(schema)  # jsonschema on Python's re
+        assert input_problems(validator, ok) == []
+        assert reference.is_valid(ok)
+        problems = input_problems(validator, ko)
+        assert problems and problems[0]["field"].startswith("input"), problems
+        assert not reference.is_valid(ko)
+        assert PATTERN_MESSAGE not in problems[0]["message"]
+
+
+def test_every_search_of_jsonschemas_keywords_is_bounded() -> None:
+    """The bound is put in place of the ``re`` of the two modules whose keywords search a
+    schema's patterns: any other search in jsonschema's keywords (a newer jsonschema) fails
+    here. (``_legacy_keywords`` serves drafts before 2020-12 only; ``_format`` compiles, and its
+    ``regex`` check is replaced.)"""
+    import jsonschema._keywords
+    import jsonschema._utils
+
+    root = Path(jsonschema.__file__).parent
+    searching = set()
+    for source in root.glob("*.py"):
+        if re.search(r"\bre\.(search|match|fullmatch|finditer|findall)\(", source.read_text()):
+            searching.add(source.stem)
+    assert searching == {"_keywords", "_utils", "_legacy_keywords"}, searching
+    assert type(jsonschema._keywords.re).__name__ == "_BoundedRe"
+    assert type(jsonschema._utils.re).__name__ == "_BoundedRe"
+    used = {fn.__module__ for fn in Draft202012Validator.VALIDATORS.values()}
+    assert "jsonschema._legacy_keywords" not in used, used
+
+
+def test_a_pattern_that_cannot_be_matched_is_refused_on_save(target: Target) -> None:
+    """``re`` compiles ``[:[::]`` (with a warning); ``regex``, which matches inputs, does not."""
+    unmatched = "[:[::]"
+    for extra, field in [
+        ({"properties": {"x": {"pattern": unmatched}}}, "input_schema.properties.x.pattern"),
+        (
+            {"$defs": {"d": {"patternProperties": {unmatched: {}}}}},
+            f"input_schema.$defs.d.patternProperties.{unmatched}",
+        ),
+    ]:
+        problems = check_schema(_schema(extra))
+        assert [p["field"] for p in problems] == [field], problems
+        r = target.client.post(
+            "/v1/custom-tools",
+            json={
+                "workspace_id": target.workspace_id,
+                "name": "unmatched",
+                "language": "python",
+                "code": CODE,
+                "input_schema": _schema(extra),
+            },
+            headers=target.headers,
+        )
+        assert r.status_code == 422, r.text
+        assert r.json()["error"]["details"][0]["field"] == field
+
+
+def test_a_stored_unmatchable_pattern_refuses_inputs(target: Target) -> None:
+    t = tenant(target.runtime, target.client, "patterns-stored")
+    tool_id = t.tool("stored", CODE, language="python")
+    stored = _schema({"properties": {"x": {"type": "string", "pattern": "[:[::]"}}})
+    with target.runtime.database.engine.begin() as conn:  # as an older version saved it
+        for table in (tables.tools, tables.tool_versions):
+            key = table.c.id if table is tables.tools else table.c.tool_id
+            conn.execute(sa.update(table).where(key == tool_id).values(input_schema=stored))
+    refused = t.invoke(tool_id, {"x": "a"})
+    assert refused["error"]["code"] == "invalid_input", refused
+    assert "cannot be matched" in refused["error"]["details"][0]["message"]
+    assert t.invoke(tool_id, {})["status"] == "ok"  # no text to match: nothing to refuse
+
+
+def test_format_regex_on_a_callers_text() -> None:
+    validator = compile_validator(_schema({"properties": {"r": {"format": "regex"}}}))
+    assert input_problems(validator, {"r": "^a+$"}) == []
+    assert input_problems(validator, {"r": "(unclosed"})[0]["field"] == "input.r"
+    nested = input_problems(validator, {"r": "(" * 5000 + ")" * 5000})  # RecursionError in re
+    assert [p["field"] for p in nested] == ["input.r"], nested
+    assert nested[0]["message"].startswith("'((("), nested  # jsonschema's "... is not a 'regex'"
+    long = input_problems(validator, {"r": "a" * 400_000})  # ~0.5 s to compile: its steps
+    assert long == [{"field": "input", "message": STEPS_MESSAGE}]
