@@ -28,20 +28,37 @@ CLOSE_WAIT_S = 2.0  # how long close waits for a slot whose last process was jus
 class Handle:
     """A slot's directories; ``shared`` are those a nested run's process joins (memory and
     cpu); ``oom_file`` counts the slot's OOM kills, and ``oom_before`` is that count when the
-    slot was handed out. The files every child's attach, join and OOM check use are named
-    once, as strings: building them with pathlib for each child was about a third of the pool
-    reader's GIL time."""
+    slot was handed out. The files every child's attach, join and OOM check use are opened
+    once, when the slot is made, and written and read in place: an open, a write and a close
+    of each for every child cost the pool's reader thread ~25 us of CPU per call more
+    (docs/benchmarks.md, step 43)."""
 
     dirs: list[Path]
     shared: list[Path]
     oom_file: str
     oom_before: int = 0
-    procs: tuple[str, ...] = field(init=False)
-    shared_procs: tuple[str, ...] = field(init=False)
+    procs: tuple[int, ...] = field(init=False)  # descriptors of each dir's cgroup.procs
+    shared_procs: tuple[int, ...] = field(init=False)
+    oom: int = field(init=False)
 
     def __post_init__(self) -> None:
-        self.procs = tuple(str(d / "cgroup.procs") for d in self.dirs)
-        self.shared_procs = tuple(str(d / "cgroup.procs") for d in self.shared)
+        opened: list[int] = []
+        try:
+            for d in self.dirs:
+                opened.append(os.open(d / "cgroup.procs", os.O_WRONLY))
+            self.oom = os.open(self.oom_file, os.O_RDONLY)
+        except OSError:
+            for fd in opened:
+                os.close(fd)
+            raise
+        self.procs = tuple(opened)
+        pairs = zip(self.dirs, opened, strict=True)
+        self.shared_procs = tuple(fd for d, fd in pairs if d in self.shared)
+
+    def close(self) -> None:
+        for fd in (*self.procs, self.oom):
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 class Cgroups:
@@ -55,6 +72,7 @@ class Cgroups:
         self.cpu = False  # whether a CPU limit is set per slot
         self.roots: list[Path] = []
         self._free: list[Handle] = []
+        self._all: list[Handle] = []  # every slot made: its files are closed with the slots
         self._made = 0
         self._lock = threading.Lock()
         v2 = next((p for p in V2_CANDIDATES if self._v2_has(p, {"memory", "pids"})), None)
@@ -120,13 +138,17 @@ class Cgroups:
             (dirs[0] / "pids.max").write_text(str(self.pids_max))
             if self.cpu:
                 (dirs[0] / "cpu.max").write_text(quota)
-            return Handle(dirs, [dirs[0]], str(dirs[0] / "memory.events"))
+            return self._keep(Handle(dirs, [dirs[0]], str(dirs[0] / "memory.events")))
         (dirs[0] / "memory.limit_in_bytes").write_text(str(self.memory_bytes))
         (dirs[1] / "pids.max").write_text(str(self.pids_max))
         if self.cpu:
             (dirs[2] / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
             (dirs[2] / "cpu.cfs_quota_us").write_text(str(self.cpu_quota_us))
-        return Handle(dirs, [dirs[0], *dirs[2:]], str(dirs[0] / "memory.oom_control"))
+        return self._keep(Handle(dirs, [dirs[0], *dirs[2:]], str(dirs[0] / "memory.oom_control")))
+
+    def _keep(self, handle: Handle) -> Handle:
+        self._all.append(handle)
+        return handle
 
     def attach(self, pid: int) -> Handle | None:
         """Put a process (and any thread it starts) in a free slot of its own."""
@@ -135,26 +157,26 @@ class Cgroups:
         with self._lock:
             handle = self._free.pop() if self._free else self._make()
         handle.oom_before = self.oom_count(handle)
-        for path in handle.procs:
-            _put(path, pid)
+        for fd in handle.procs:
+            _put(fd, pid)
         return handle
 
     @staticmethod
     def join(pid: int, group: Handle) -> None:
         """Charge a process to another slot's memory and CPU (a nested run joins its root
         call's slot) until ``leave``; its task count stays its own slot's."""
-        for path in group.shared_procs:
-            _put(path, pid)
+        for fd in group.shared_procs:
+            _put(fd, pid)
 
     @staticmethod
     def leave(pid: int, own: Handle) -> None:
         """Back to its own slot (a long-lived worker after a nested call)."""
-        for path in own.shared_procs:
-            _put(path, pid)
+        for fd in own.shared_procs:
+            _put(fd, pid)
 
     def oom_count(self, handle: Handle) -> int:
         try:
-            for line in _read(handle.oom_file).splitlines():
+            for line in os.pread(handle.oom, 4096, 0).decode().splitlines():
                 key, _, value = line.partition(" ")
                 if key == "oom_kill":
                     return int(value)
@@ -176,6 +198,10 @@ class Cgroups:
         reaped can still count as in use for a moment (EBUSY): it is tried again for up to
         CLOSE_WAIT_S, so a clean close leaves nothing behind."""
         deadline = time.monotonic() + CLOSE_WAIT_S
+        with self._lock:
+            made, self._all, self._free = self._all, [], []
+        for handle in made:
+            handle.close()
         for root in self.roots:
             for slot in root.glob("slot*"):
                 while True:
@@ -190,19 +216,6 @@ class Cgroups:
                 root.rmdir()
 
 
-# The per-call paths (attach, join, leave, the OOM count) use plain file descriptors:
-# pathlib's text I/O was 6.5% of the service's GIL time under sequential calls.
-def _put(path: str, pid: int) -> None:
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        os.write(fd, str(pid).encode())
-    finally:
-        os.close(fd)
-
-
-def _read(path: str) -> str:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        return os.read(fd, 4096).decode()
-    finally:
-        os.close(fd)
+def _put(fd: int, pid: int) -> None:
+    """Move ``pid`` into the cgroup whose ``cgroup.procs`` ``fd`` is open on."""
+    os.write(fd, str(pid).encode())

@@ -331,7 +331,10 @@ class Template:
             self._served.discard(key)
         if served and gen.alive:
             gen.request(1)  # a child that served a call: never one discarded or dead unused
-        oom = self.cgroups.oom_killed(handle) if self.cgroups else False
+        # The OOM killer ends a process with SIGKILL: any other end needs no read of the
+        # slot's count (three system calls for every call's child on the reader's thread).
+        killed = msg.get("signal") == signal.SIGKILL
+        oom = self.cgroups.oom_killed(handle) if self.cgroups and killed else False
         if self.cgroups:
             self.cgroups.release(handle)
         info = judge(msg.get("code"), msg.get("signal"), oom)
