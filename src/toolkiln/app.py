@@ -17,7 +17,9 @@ from toolkiln.builtins.email import SendEmail, SmtpConfig
 from toolkiln.builtins.files import SurfaceFile
 from toolkiln.builtins.search import WebSearch, make_provider
 from toolkiln.config import Settings
+from toolkiln.domain.schema import use_searcher
 from toolkiln.mcp_server.http import McpHttp
+from toolkiln.sandbox import patterns
 from toolkiln.sandbox.js_runner import JavaScriptSandbox
 from toolkiln.sandbox.packages import JsPackageStore, PackageStore
 from toolkiln.sandbox.runner import Limits, PythonSandbox
@@ -65,6 +67,7 @@ class Runtime:
 def build(settings: Settings, *, migrate: bool = True, sandbox: bool = True) -> Runtime:
     """``sandbox=False`` for CLI commands that only touch the database."""
     settings.ensure_data_dir()
+    use_searcher(patterns.shared())  # a tool's regular expressions, out of the service's way
     database = Database(settings.resolved_database_url(), pool_size=settings.db_pool_size)
     if migrate:
         database.migrate()

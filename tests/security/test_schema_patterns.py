@@ -1,16 +1,18 @@
-"""A tool's input schema cannot make the service backtrack for as long as a caller likes.
+"""A tool's input schema cannot make the service backtrack, or compile, for as long as a
+caller likes.
 
 A ``pattern`` is its tool author's regular expression, matched in the service against a
 caller's text. Python's ``re`` backtracks without bound and holds the GIL while it does:
 ``^(a|a)*$`` against 27 characters took 4.8 s of CPU, during which the service answered nobody
-in any workspace, and 40 characters would take hours. Attack: every keyword of 2020-12 that
+in any workspace, and 40 characters would take hours; ``format: regex`` compiles a caller's
+text, quadratic for a long ``x|x`` (22 s for 855 KB). Attack: every keyword of 2020-12 that
 searches a schema's patterns (``pattern``, ``patternProperties``, ``additionalProperties`` and
 ``unevaluatedProperties`` beside them, ``propertyNames``), at the root, below a ``$ref`` and in
-items, invoked over the API, as a test run and through ``ctx.tools``. Each is refused
-(``invalid_input``) once the value's searches have taken PATTERN_SECONDS, the service answers
-other callers meanwhile, and ordinary patterns judge as before. The same class for
-``format: regex``, which compiles a caller's text: a compile too deep for the parser is an
-invalid regex, not an error, and a long one is charged to the value's steps.
+items, invoked over the API, as a test run and through ``ctx.tools``; ``format: regex`` text
+made to compile slowly; counts ``re`` cannot hold. Each search runs in a process of its own
+(sandbox/patterns.py) and the value is refused (``invalid_input``) once its searches have
+taken their time; the service answers other callers meanwhile; patterns judge exactly as
+``re`` does.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import regex
 import sqlalchemy as sa
 from jsonschema import Draft202012Validator
 
@@ -30,11 +31,12 @@ from tests.security.conftest import Target
 from tests.security.tenants import tenant
 from toolkiln.domain.schema import (
     PATTERN_MESSAGE,
-    STEPS_MESSAGE,
     check_schema,
     compile_validator,
     input_problems,
+    use_searcher,
 )
+from toolkiln.sandbox import patterns
 from toolkiln.storage import tables
 
 # 2**40 ways to split the text: no machine finishes it, with re or with regex.
@@ -72,6 +74,13 @@ SHAPES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
 
 def _schema(extra: dict[str, Any]) -> dict[str, Any]:
     return {"type": "object", **extra}
+
+
+@pytest.fixture
+def searcher() -> Any:
+    """The service's searcher, for the tests that check values in this process."""
+    use_searcher(patterns.shared())
+    yield patterns.shared()
 
 
 def _refused_for_time(result: dict[str, Any]) -> None:
@@ -121,12 +130,12 @@ def test_a_backtracking_pattern_is_cut_off_through_ctx(target: Target) -> None:
 
 
 class _Searches:
-    """When each of ``regex.search``'s calls began and ended (monotonic), as it runs."""
+    """When each search of the searcher began and ended (monotonic), as it runs."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.spans: list[list[float]] = []
         self.began = threading.Event()
-        real = regex.search
+        real = patterns.PatternProcesses.search
 
         def search(*args: Any, **kwargs: Any) -> Any:
             span = [time.monotonic(), float("inf")]
@@ -137,7 +146,7 @@ class _Searches:
             finally:
                 span[1] = time.monotonic()
 
-        monkeypatch.setattr(regex, "search", search)
+        monkeypatch.setattr(patterns.PatternProcesses, "search", search)
 
 
 def test_the_service_answers_others_while_a_pattern_backtracks(
@@ -150,7 +159,8 @@ def test_the_service_answers_others_while_a_pattern_backtracks(
     plain = t.tool("plain", CODE, language="python")
     searches = _Searches(monkeypatch)
     result: list[dict[str, Any]] = []
-    thread = threading.Thread(target=lambda: result.append(t.invoke(tool_id, {"x": TEXT})))
+    big = {"x": TEXT, "pad": [0] * 9000}  # a value this size may search for 2 s
+    thread = threading.Thread(target=lambda: result.append(t.invoke(tool_id, big)))
     thread.start()
     assert searches.began.wait(30), "the attack's search never began"
     answered = t.invoke(plain, {})
@@ -163,7 +173,9 @@ def test_the_service_answers_others_while_a_pattern_backtracks(
     assert began < answered_at < ended, (began, answered_at, ended)
 
 
-def test_other_threads_run_while_a_pattern_backtracks(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_other_threads_run_while_a_pattern_backtracks(
+    monkeypatch: pytest.MonkeyPatch, searcher: Any
+) -> None:
     """In-process: a thread that notes the time in a loop while another checks the attack's
     value runs in the middle of the search (under ``re`` it ran before and after it only)."""
     validator = compile_validator(_schema(SHAPES[0][1]))
@@ -188,29 +200,37 @@ def test_other_threads_run_while_a_pattern_backtracks(monkeypatch: pytest.Monkey
     assert any(began + quarter < s < ended - quarter for s in seen), (began, ended, len(seen))
 
 
-@pytest.mark.parametrize(
-    ("pattern", "good", "bad"),
-    [
-        ("^[a-z]+$", "abc", "ab1"),
-        ("^\\d{3}-\\d{4}$", "555-1234", "5551234"),
-        ("(?i)^hello", "HELLO there", "oh hello"),
-        ("^(a|aa)+$", "aaaa", "aab"),  # backtracks, but not for long on short text
-        ("\\bword\\b", "a word here", "swordfish"),
-    ],
-)
-def test_ordinary_patterns_judge_as_before(pattern: str, good: str, bad: str) -> None:
-    for schema, ok, ko in [
-        (_schema({"properties": {"x": {"type": "string", "pattern": pattern}}}), {"x": good}, {"x": bad}),
-        (_schema({"patternProperties": {pattern: {}}, "additionalProperties": False}), {good: 1}, {bad: 1}),
-    ]:  # fmt: skip
+# Patterns and texts where other engines (the ``regex`` module among them) judge otherwise.
+ORDINARY = [
+    ("^[a-z]+$", ["abc", "ab1"]),
+    ("^\\d{3}-\\d{4}$", ["555-1234", "5551234", "\U00011f50" * 3 + "-1234"]),
+    ("(?i)^hello", ["HELLO there", "oh hello"]),
+    ("^(a|aa)+$", ["aaaa", "aab"]),
+    ("\\bfoo\\b", ["a foo here", "foó", "foo_"]),
+    ("^\\S+$", ["abc", "\x1c", "\x1f", "a b"]),
+    ("^\\w+$", ["e\u0301", "\u0903", "\u200d", "\u00b2", "\U00011f00", "abc"]),
+    ("^[[:alpha:]]+$", ["abc", "a]", ":]"]),
+    ("^ab{e<=1}$", ["ac", "ab{e<=1}"]),
+    ("(?x)a{1 0}", ["a" * 10, "a{10}"]),
+    ("^[\\w.+-]+/[\\w.+-]+$", ["text/plain", "a b/c"]),
+    ("^\\N{LATIN SMALL LETTER A}+$", ["aaa", "b"]),  # re imports unicodedata for it
+]
+
+
+@pytest.mark.parametrize(("pattern", "texts"), ORDINARY, ids=[p for p, _ in ORDINARY])
+def test_patterns_judge_exactly_as_re_does(pattern: str, texts: list[str], searcher: Any) -> None:
+    schemas = [
+        _schema({"properties": {"x": {"type": "string", "pattern": pattern}}}),
+        _schema({"patternProperties": {pattern: {}}, "additionalProperties": False}),
+    ]
+    for i, schema in enumerate(schemas):
         validator = compile_validator(schema)
-        reference = Draft202012Validator(schema)  # jsonschema on Python's re
-        assert input_problems(validator, ok) == []
-        assert reference.is_valid(ok)
-        problems = input_problems(validator, ko)
-        assert problems and problems[0]["field"].startswith("input"), problems
-        assert not reference.is_valid(ko)
-        assert PATTERN_MESSAGE not in problems[0]["message"]
+        reference = Draft202012Validator(schema)  # jsonschema on Python's re, in this thread
+        for text in texts:
+            value = {"x": text} if i == 0 else {text: 1}
+            problems = input_problems(validator, value)
+            assert (problems == []) == reference.is_valid(value), (pattern, text, problems)
+            assert all(PATTERN_MESSAGE not in p["message"] for p in problems)
 
 
 def test_every_search_of_jsonschemas_keywords_is_bounded() -> None:
@@ -227,29 +247,28 @@ def test_every_search_of_jsonschemas_keywords_is_bounded() -> None:
         if re.search(r"\bre\.(search|match|fullmatch|finditer|findall)\(", source.read_text()):
             searching.add(source.stem)
     assert searching == {"_keywords", "_utils", "_legacy_keywords"}, searching
-    assert type(jsonschema._keywords.re).__name__ == "_BoundedRe"
-    assert type(jsonschema._utils.re).__name__ == "_BoundedRe"
+    assert type(jsonschema._keywords.re).__name__ == "_SearchingRe"
+    assert type(jsonschema._utils.re).__name__ == "_SearchingRe"
     used = {fn.__module__ for fn in Draft202012Validator.VALIDATORS.values()}
     assert "jsonschema._legacy_keywords" not in used, used
 
 
-def test_a_pattern_that_cannot_be_matched_is_refused_on_save(target: Target) -> None:
-    """``re`` compiles ``[:[::]`` (with a warning); ``regex``, which matches inputs, does not."""
-    unmatched = "[:[::]"
+def test_a_pattern_re_cannot_compile_is_refused_on_save(target: Target) -> None:
+    """Counts past 2**32 (OverflowError) and nesting past ``re``'s parser (RecursionError)
+    were 500s on save; they are no regex (422 naming the field)."""
     for extra, field in [
-        ({"properties": {"x": {"pattern": unmatched}}}, "input_schema.properties.x.pattern"),
-        (
-            {"$defs": {"d": {"patternProperties": {unmatched: {}}}}},
-            f"input_schema.$defs.d.patternProperties.{unmatched}",
-        ),
-    ]:
+        ({"properties": {"x": {"pattern": "a{4294967296}"}}}, "input_schema.properties.x.pattern"),
+        ({"properties": {"x": {"pattern": "(" * 600 + ")" * 600}}}, "input_schema.properties.x.pattern"),
+        ({"patternProperties": {"b{4294967296}": {}}}, "input_schema.patternProperties"),
+        ({"patternProperties": {"b": {}, "(?x)a": {}}}, "input_schema.patternProperties"),
+    ]:  # fmt: skip
         problems = check_schema(_schema(extra))
         assert [p["field"] for p in problems] == [field], problems
         r = target.client.post(
             "/v1/custom-tools",
             json={
                 "workspace_id": target.workspace_id,
-                "name": "unmatched",
+                "name": "uncompiled",
                 "language": "python",
                 "code": CODE,
                 "input_schema": _schema(extra),
@@ -260,26 +279,34 @@ def test_a_pattern_that_cannot_be_matched_is_refused_on_save(target: Target) -> 
         assert r.json()["error"]["details"][0]["field"] == field
 
 
-def test_a_stored_unmatchable_pattern_refuses_inputs(target: Target) -> None:
+def test_a_stored_pattern_that_cannot_be_used_refuses_inputs(target: Target) -> None:
     t = tenant(target.runtime, target.client, "patterns-stored")
     tool_id = t.tool("stored", CODE, language="python")
-    stored = _schema({"properties": {"x": {"type": "string", "pattern": "[:[::]"}}})
+    stored = _schema(
+        {
+            "properties": {"x": {"type": "string", "pattern": "(unclosed"}},
+            "patternProperties": {"b": {}, "(?x)a": {}},  # joined: a flag not at the start
+            "additionalProperties": False,
+        }
+    )
     with target.runtime.database.engine.begin() as conn:  # as an older version saved it
         for table in (tables.tools, tables.tool_versions):
             key = table.c.id if table is tables.tools else table.c.tool_id
             conn.execute(sa.update(table).where(key == tool_id).values(input_schema=stored))
-    refused = t.invoke(tool_id, {"x": "a"})
-    assert refused["error"]["code"] == "invalid_input", refused
-    assert "cannot be matched" in refused["error"]["details"][0]["message"]
+    for value in ({"x": "a"}, {"zz": 1}):
+        refused = t.invoke(tool_id, value)
+        assert refused["error"]["code"] == "invalid_input", refused
+        assert "cannot be matched" in refused["error"]["details"][0]["message"], refused
     assert t.invoke(tool_id, {})["status"] == "ok"  # no text to match: nothing to refuse
 
 
-def test_format_regex_on_a_callers_text() -> None:
+def test_format_regex_on_a_callers_text(searcher: Any) -> None:
     validator = compile_validator(_schema({"properties": {"r": {"format": "regex"}}}))
     assert input_problems(validator, {"r": "^a+$"}) == []
-    assert input_problems(validator, {"r": "(unclosed"})[0]["field"] == "input.r"
-    nested = input_problems(validator, {"r": "(" * 5000 + ")" * 5000})  # RecursionError in re
-    assert [p["field"] for p in nested] == ["input.r"], nested
-    assert nested[0]["message"].startswith("'((("), nested  # jsonschema's "... is not a 'regex'"
-    long = input_problems(validator, {"r": "a" * 400_000})  # ~0.5 s to compile: its steps
-    assert long == [{"field": "input", "message": STEPS_MESSAGE}]
+    for text in ["(unclosed", "a{4294967296}", "(" * 5000 + ")" * 5000]:
+        found = input_problems(validator, {"r": text})
+        assert [p["field"] for p in found] == ["input.r"], (text[:20], found)
+    slow = "a" * 400_000 + "|" + "a" * 400_000  # re's parser: quadratic (~20 s here)
+    assert input_problems(validator, {"r": slow}) == [
+        {"field": "input", "message": PATTERN_MESSAGE}
+    ]

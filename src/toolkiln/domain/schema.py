@@ -8,10 +8,9 @@ import json
 import re
 import threading
 import time
-from typing import Any
+from typing import Any, Protocol
 
 import jsonschema_rs
-import regex
 from jsonschema import Draft202012Validator, FormatChecker, _keywords, _utils, validators
 from jsonschema.exceptions import SchemaError
 from referencing import Registry, Resource
@@ -88,7 +87,7 @@ def check_schema(schema: Any, field: str = "input_schema") -> list[Problem]:
     if schema.get("$schema", DIALECT) != DIALECT:
         return [problem(f"{field}.$schema", f"only {DIALECT} is supported")]
     try:
-        Draft202012Validator.check_schema(schema)
+        Draft202012Validator.check_schema(schema, format_checker=FORMATS)
     except SchemaError as exc:
         path = ".".join(str(p) for p in exc.path)
         return [problem(f"{field}.{path}" if path else field, exc.message)]
@@ -98,8 +97,12 @@ def check_schema(schema: Any, field: str = "input_schema") -> list[Problem]:
     if below:  # a dialect of its own would be validated by a validator without a budget
         return [problem(".".join([field, *below[0], "$schema"]), "is allowed at the root only")]
     for node, at in _written_nodes(schema):
-        if (bad := _unmatchable(node)) is not None:
-            return [problem(".".join([field, *at, *bad[0]]), bad[1])]
+        keys = node.get("patternProperties") if isinstance(node, dict) else None
+        if isinstance(keys, dict) and len(keys) > 1 and not _is_regex("|".join(keys)):
+            # additionalProperties searches them as one pattern: a flag such as (?x) then
+            # stands in the middle, which re refuses
+            why = "joined with | (as additionalProperties reads them), its patterns are no regex"
+            return [problem(".".join([field, *at, "patternProperties"]), why)]
     try:
         found = runaway(schema)
     except ValueError as exc:  # an $id urljoin cannot take
@@ -456,15 +459,17 @@ STEPS_MESSAGE = (
 
 
 # All the searches of a tool's patterns (``pattern``, ``patternProperties`` and the
-# keywords that consult them) for one value, in seconds. A pattern is its author's
-# regular expression matched against a caller's text: Python's ``re`` backtracks without
-# bound and holds the GIL while it does (``^(a|a)*$`` on 27 characters: 4.8 s during which
-# the service answered nobody, whatever their workspace). A legitimate pattern takes
-# microseconds.
+# keywords that consult them) and compiles of ``format: regex`` text for one value may take
+# this long, in seconds: a base and more for each part of a larger value (a search in a
+# process of its own costs ~0.1 ms), as for STEPS. They run in processes of their own
+# (sandbox/patterns.py) when the service has given one (``use_searcher``).
 PATTERN_SECONDS = 0.25
+PATTERN_SECONDS_PER_PART = 0.0002
+PATTERN_SECONDS_MAX = 2.0
 PATTERN_MESSAGE = (
-    "matching it against the patterns of the tool's input schema took longer than "
-    f"{PATTERN_SECONDS} s"
+    "matching it against the regular expressions of the tool's input schema took longer than "
+    f"a value of its size may ({PATTERN_SECONDS} s and {PATTERN_SECONDS_PER_PART * 1000:g} ms "
+    f"for each part of the value, at most {PATTERN_SECONDS_MAX:g} s)"
 )
 
 
@@ -486,70 +491,71 @@ class OutOfTime(Exception):
 
 
 class Unmatchable(Exception):
-    """A pattern ``re`` compiles and ``regex`` does not (saving refuses such a pattern)."""
+    """A pattern that cannot be matched (its compile fails or runs out of memory)."""
 
 
-def _unmatchable(node: Any) -> tuple[list[str], str] | None:
-    """Where in ``node`` a pattern is that inputs could not be matched against, and why."""
-    if not isinstance(node, dict):
-        return None
-    found: list[tuple[list[str], Any]] = [(["pattern"], node.get("pattern"))]
-    if isinstance(node.get("patternProperties"), dict):
-        found += [(["patternProperties", k], k) for k in node["patternProperties"]]
-    for where, pattern in found:
-        if isinstance(pattern, str):
-            try:
-                regex.compile(pattern)
-            except regex.error as exc:
-                return where, f"is a pattern inputs cannot be matched against here: {exc}"
-    return None
+class Searcher(Protocol):
+    """Where a tool's regular expressions are matched against a caller's text, each until
+    ``deadline`` (``time.monotonic()``): raises OutOfTime past it, Unmatchable for a pattern
+    that cannot be used."""
+
+    def search(self, pattern: str, text: str, deadline: float) -> bool: ...
+
+    def compiles(self, text: str, deadline: float) -> bool: ...
 
 
-class _BoundedRe:
-    """What jsonschema's keywords call ``re``: its ``search`` (every search of a schema's
-    patterns: ``pattern``, ``patternProperties``, and ``additionalProperties`` and
-    ``unevaluatedProperties``, which consult them) runs on ``regex``, with the GIL released
-    and the time left of PATTERN_SECONDS, while input_problems checks a value; elsewhere (the
-    service's own schemas) it is ``re``'s. A test checks that no other search is left in
-    jsonschema's keywords (tests/security/test_schema_patterns.py)."""
+_SEARCHER: Searcher | None = None
+
+
+def use_searcher(searcher: Searcher | None) -> None:
+    """The service's searcher (app.py). Without one (a library use of this module), values
+    are matched by ``re`` in the calling thread, without a time limit."""
+    global _SEARCHER
+    _SEARCHER = searcher
+
+
+class _SearchingRe:
+    """What jsonschema's keywords call ``re``: every search of a schema's patterns
+    (``pattern``, ``patternProperties``, and ``additionalProperties`` and
+    ``unevaluatedProperties``, which consult them) goes to the searcher, with the time left of
+    PATTERN_SECONDS, while input_problems checks a value; elsewhere (the service's own
+    schemas) it is ``re``'s. A test checks that no other search is left in jsonschema's
+    keywords (tests/security/test_schema_patterns.py)."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(re, name)
 
     @staticmethod
     def search(pattern: Any, string: Any, flags: int = 0) -> Any:
-        if not _BUDGET.armed:
+        searcher = _SEARCHER
+        if not _BUDGET.armed or searcher is None or flags or not isinstance(pattern, str):
             return re.search(pattern, string, flags)
-        left = _BUDGET.until - time.monotonic()
-        if left <= 0:
-            raise OutOfTime
-        try:
-            return regex.search(pattern, string, flags, timeout=left, concurrent=True)
-        except TimeoutError:
-            raise OutOfTime from None
-        except regex.error as exc:  # stored before saving refused it
-            raise Unmatchable(f"{str(pattern)[:200]!r} cannot be matched here: {exc}") from None
+        return True if searcher.search(pattern, string, _BUDGET.until) else None
 
 
-_keywords.re = _utils.re = _BoundedRe()
+_keywords.re = _utils.re = _SearchingRe()
 
 
 def _is_regex(instance: object) -> bool:
-    """``format: regex`` for a caller's text: compiled by ``re`` as jsonschema does (its cost,
-    ~1-2 us a character, is charged to the value's steps by _cost), and nested too deep for
-    the parser to follow is not a regex it takes (jsonschema let the RecursionError out)."""
+    """``format: regex``. A caller's text (while input_problems checks a value) is compiled by
+    the searcher within the value's time (``re`` can take quadratic time: a long ``x|x``);
+    anything ``re.compile`` raises, not only ``re.error`` (OverflowError for a count past
+    2**32, RecursionError for deep nesting), makes it no regex, on save as for inputs."""
     if not isinstance(instance, str):
         return True
+    searcher = _SEARCHER
+    if _BUDGET.armed and searcher is not None:
+        return searcher.compiles(instance, _BUDGET.until)
     try:
         re.compile(instance)
-    except RecursionError:
+    except (re.error, OverflowError, RecursionError, ValueError, MemoryError):
         return False
     return True
 
 
 FORMATS = FormatChecker()
 FORMATS.checkers = {**Draft202012Validator.FORMAT_CHECKER.checkers}
-FORMATS.checks("regex", raises=re.error)(_is_regex)
+FORMATS.checks("regex")(_is_regex)
 
 
 def _spend(steps: int) -> None:
@@ -585,8 +591,6 @@ def _cost(name: str, value: Any, instance: Any) -> int:
         return len(instance) * (len(value) if name == "enum" and isinstance(value, list) else 1)
     if name in _WALKS_THE_VALUE and isinstance(instance, dict | list):
         return len(instance)  # even where the subschema is true or {} (no keyword of its own)
-    if name == "format" and value == "regex" and isinstance(instance, str):
-        return len(instance) // 8  # compiled: ~1-2 us a character (_is_regex)
     return 0
 
 
@@ -705,8 +709,10 @@ def input_problems(validator: InputValidator, value: Any) -> list[Problem]:
     if validator.runaway is not None or validator.reference is None:
         where, why = validator.runaway or ("", "cannot be used")
         return [problem("input", f"the tool's input schema at {where or 'its root'} {why}")]
-    _BUDGET.left = min(STEPS + STEPS_PER_PART * _parts(value), STEPS_MAX)
-    _BUDGET.until = time.monotonic() + PATTERN_SECONDS
+    parts = _parts(value)
+    _BUDGET.left = min(STEPS + STEPS_PER_PART * parts, STEPS_MAX)
+    seconds = PATTERN_SECONDS + PATTERN_SECONDS_PER_PART * parts
+    _BUDGET.until = time.monotonic() + min(seconds, PATTERN_SECONDS_MAX)
     _BUDGET.armed = True
     try:
         found = itertools.islice(validator.reference.iter_errors(value), MAX_ERRORS)
@@ -716,7 +722,7 @@ def input_problems(validator: InputValidator, value: Any) -> list[Problem]:
     except OutOfTime:
         return [problem("input", PATTERN_MESSAGE)]
     except Unmatchable as exc:
-        return [problem("input", f"the tool's input schema has a pattern that {exc}")]
+        return [problem("input", f"the tool's input schema has a regular expression: {exc}")]
     except Unresolvable as exc:
         ref = str(getattr(exc, "ref", ""))[:200]
         return [problem("input", f"the schema refers to {ref!r}, which is never fetched")]
