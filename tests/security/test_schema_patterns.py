@@ -76,6 +76,17 @@ def _schema(extra: dict[str, Any]) -> dict[str, Any]:
     return {"type": "object", **extra}
 
 
+def _draft(workspace_id: str, name: str, extra: dict[str, Any], **more: Any) -> dict[str, Any]:
+    return {
+        "workspace_id": workspace_id,
+        "name": name,
+        "language": "python",
+        "code": CODE,
+        "input_schema": _schema(extra),
+        **more,
+    }
+
+
 @pytest.fixture
 def searcher() -> Any:
     """The service's searcher, for the tests that check values in this process."""
@@ -99,14 +110,7 @@ def test_a_backtracking_pattern_is_cut_off_for_every_keyword(
     assert t.get_tool(tool_id)["usage_count"] == 0  # refused before any run
     tested = target.client.post(
         "/v1/custom-tools/test",
-        json={
-            "workspace_id": t.workspace_id,
-            "name": "evil-draft",
-            "language": "python",
-            "code": CODE,
-            "input_schema": _schema(extra),
-            "input": value,
-        },
+        json=_draft(t.workspace_id, "evil-draft", extra, input=value),
         headers=t.headers,
     )
     assert tested.status_code == 200, tested.text
@@ -266,13 +270,7 @@ def test_a_pattern_re_cannot_compile_is_refused_on_save(target: Target) -> None:
         assert [p["field"] for p in problems] == [field], problems
         r = target.client.post(
             "/v1/custom-tools",
-            json={
-                "workspace_id": target.workspace_id,
-                "name": "uncompiled",
-                "language": "python",
-                "code": CODE,
-                "input_schema": _schema(extra),
-            },
+            json=_draft(target.workspace_id, "uncompiled", extra),
             headers=target.headers,
         )
         assert r.status_code == 422, r.text
