@@ -17,6 +17,7 @@ taken their time; the service answers other callers meanwhile; patterns judge ex
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import time
@@ -308,3 +309,68 @@ def test_format_regex_on_a_callers_text(searcher: Any) -> None:
     assert input_problems(validator, {"r": slow}) == [
         {"field": "input", "message": PATTERN_MESSAGE}
     ]
+
+
+def test_a_schema_whose_patterns_take_long_to_compile_is_refused_on_save(target: Target) -> None:
+    """re's parser took ~6.7 ms for each wide class under (?i): compiled in a process of its
+    own on save, past SAVE_SECONDS the schema is refused (the service answered meanwhile)."""
+    slow = "(?i)" + "[\x01-\uffff]" * 2000
+    r = target.client.post(
+        "/v1/custom-tools",
+        json=_draft(target.workspace_id, "slow-compile", {"properties": {"x": {"pattern": slow}}}),
+        headers=target.headers,
+    )
+    assert r.status_code == 422, r.text
+    assert "to compile" in r.json()["error"]["details"][0]["message"]
+
+
+def test_a_non_string_pattern_reached_by_ref_is_refused_not_a_500(target: Target) -> None:
+    t = tenant(target.runtime, target.client, "patterns-hidden")
+    hidden = {"x-hidden": {"pattern": 5}, "properties": {"v": {"$ref": "#/x-hidden"}}}
+    tool_id = t.tool("hidden", CODE, language="python", input_schema=_schema(hidden))
+    refused = t.invoke(tool_id, {"v": "abc"})
+    assert refused["error"]["code"] == "invalid_input", refused
+    assert "is not a regular expression" in refused["error"]["details"][0]["message"]
+
+
+def test_a_process_outlives_the_thread_that_started_it(searcher: Any) -> None:
+    """The kernel's parent-death signal follows the thread that forked: a process started for
+    a thread that has ended still answers another thread."""
+    patterns.shared().close_idle()
+    out: list[bool] = []
+    maker = threading.Thread(
+        target=lambda: out.append(searcher.search("^a", "ab", time.monotonic() + 30))
+    )
+    maker.start()
+    maker.join()
+    assert out == [True]
+    time.sleep(0.2)  # the signal, had it been armed for that thread, has come by now
+    assert searcher.search("^b", "ba", time.monotonic() + 30) is True
+    assert searcher.started == 1, searcher.started  # the same process answered both
+
+
+def test_descriptors_past_1023_do_not_break_matching(searcher: Any) -> None:
+    patterns.shared().close_idle()
+    held = [os.open("/dev/null", os.O_RDONLY) for _ in range(1100)]
+    try:
+        assert searcher.search("^a", "ab", time.monotonic() + 30) is True
+    finally:
+        for fd in held:
+            os.close(fd)
+
+
+def test_a_burst_of_valid_values_is_not_refused_for_time(searcher: Any) -> None:
+    """Starting processes is not the values' time: 30 values checked at once, each with a
+    pattern, are all judged (more than RUNNING wait for a free process)."""
+    patterns.shared().close_idle()
+    validator = compile_validator(_schema({"properties": {"x": {"pattern": "^a+$"}}}))
+    results: list[Any] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(input_problems(validator, {"x": "aaa"})))
+        for _ in range(30)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == [[]] * 30, [r for r in results if r]

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import json
 import re
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 import jsonschema_rs
@@ -73,6 +75,39 @@ def schema_to_parameters(schema: dict[str, Any]) -> dict[str, Any] | None:
     return out
 
 
+def _metaschema_problem(schema: dict[str, Any], field: str) -> Problem | None:
+    try:
+        Draft202012Validator.check_schema(schema, format_checker=FORMATS)
+    except SchemaError as exc:
+        path = ".".join(str(p) for p in exc.path)
+        return problem(f"{field}.{path}" if path else field, exc.message)
+    if schema.get("type") != "object":
+        return problem(f"{field}.type", 'the root must be {"type": "object", ...}')
+    below = [p for n, p in _written_nodes(schema) if n is not schema and "$schema" in n]
+    if below:  # a dialect of its own would be validated by a validator without a budget
+        return problem(".".join([field, *below[0], "$schema"]), "is allowed at the root only")
+    for node, at in _written_nodes(schema):
+        keys = node.get("patternProperties") if isinstance(node, dict) else None
+        if isinstance(keys, dict) and len(keys) > 1 and not _is_regex("|".join(keys)):
+            # additionalProperties searches them as one pattern: a flag such as (?x) then
+            # stands in the middle, which re refuses
+            why = "joined with | (as additionalProperties reads them), its patterns are no regex"
+            return problem(".".join([field, *at, "patternProperties"]), why)
+    return None
+
+
+@contextlib.contextmanager
+def _compiling() -> Iterator[None]:
+    """A schema's own regular expressions, on save, compiled by the searcher (``re``'s parser
+    can take seconds for a 64 KB schema: ``(?i)`` and many wide classes) within SAVE_SECONDS."""
+    _BUDGET.left, _BUDGET.until = STEPS_MAX, time.monotonic() + SAVE_SECONDS
+    _BUDGET.armed = True
+    try:
+        yield
+    finally:
+        _BUDGET.armed = False
+
+
 def check_schema(schema: Any, field: str = "input_schema") -> list[Problem]:
     """A valid 2020-12 schema with an object at its root, within the size and depth caps."""
     if not isinstance(schema, dict):
@@ -87,22 +122,19 @@ def check_schema(schema: Any, field: str = "input_schema") -> list[Problem]:
     if schema.get("$schema", DIALECT) != DIALECT:
         return [problem(f"{field}.$schema", f"only {DIALECT} is supported")]
     try:
-        Draft202012Validator.check_schema(schema, format_checker=FORMATS)
-    except SchemaError as exc:
-        path = ".".join(str(p) for p in exc.path)
-        return [problem(f"{field}.{path}" if path else field, exc.message)]
-    if schema.get("type") != "object":
-        return [problem(f"{field}.type", 'the root must be {"type": "object", ...}')]
-    below = [p for n, p in _written_nodes(schema) if n is not schema and "$schema" in n]
-    if below:  # a dialect of its own would be validated by a validator without a budget
-        return [problem(".".join([field, *below[0], "$schema"]), "is allowed at the root only")]
-    for node, at in _written_nodes(schema):
-        keys = node.get("patternProperties") if isinstance(node, dict) else None
-        if isinstance(keys, dict) and len(keys) > 1 and not _is_regex("|".join(keys)):
-            # additionalProperties searches them as one pattern: a flag such as (?x) then
-            # stands in the middle, which re refuses
-            why = "joined with | (as additionalProperties reads them), its patterns are no regex"
-            return [problem(".".join([field, *at, "patternProperties"]), why)]
+        with _compiling():  # the author's patterns compiled where the values' are matched
+            found_problem = _metaschema_problem(schema, field)
+    except OutOfTime:
+        return [
+            problem(
+                field,
+                f"has regular expressions that took longer than {SAVE_SECONDS:g} s to compile",
+            )
+        ]
+    except Unmatchable as exc:
+        return [problem(field, f"has a regular expression that cannot be used: {exc}")]
+    if found_problem is not None:
+        return [found_problem]
     try:
         found = runaway(schema)
     except ValueError as exc:  # an $id urljoin cannot take
@@ -464,6 +496,7 @@ STEPS_MESSAGE = (
 # process of its own costs ~0.1 ms), as for STEPS. They run in processes of their own
 # (sandbox/patterns.py) when the service has given one (``use_searcher``).
 PATTERN_SECONDS = 0.25
+SAVE_SECONDS = 2.0  # compiling a schema's own patterns on save
 PATTERN_SECONDS_PER_PART = 0.0002
 PATTERN_SECONDS_MAX = 2.0
 PATTERN_MESSAGE = (
@@ -528,8 +561,11 @@ class _SearchingRe:
     @staticmethod
     def search(pattern: Any, string: Any, flags: int = 0) -> Any:
         searcher = _SEARCHER
-        if not _BUDGET.armed or searcher is None or flags or not isinstance(pattern, str):
+        if not _BUDGET.armed or searcher is None or flags:
             return re.search(pattern, string, flags)
+        if not isinstance(pattern, str) or not isinstance(string, str):
+            # a pattern where no keyword the metaschema checks reads it, reached by $ref
+            raise Unmatchable(f"{str(pattern)[:200]!r} is not a regular expression")
         return True if searcher.search(pattern, string, _BUDGET.until) else None
 
 

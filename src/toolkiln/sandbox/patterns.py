@@ -9,8 +9,9 @@ Here each search (and each compile of a caller's ``format: regex`` text) runs in
 waits on a pipe with the GIL released, until the deadline the validation gives it, then kills
 the process. Semantics are ``re``'s, exactly as jsonschema's.
 
-One process per thread checking a value at the moment (made on demand, ~15-20 ms; up to
-IDLE_KEPT kept for the next): no caller waits for another's search, whatever its workspace.
+One process per search at the moment, at most RUNNING at once (made on demand by one
+long-lived thread, ~20-30 ms, not counted as the value's time; up to IDLE_KEPT kept for the
+next).
 A process that overran, answered out of step or died is killed and never reused.
 """
 
@@ -26,6 +27,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from toolkiln.domain.schema import OutOfTime, Unmatchable
 
@@ -33,6 +35,11 @@ log = logging.getLogger("toolkiln.sandbox")
 IDLE_KEPT = 4
 MEMORY_MB = 512  # address space of one process: the interpreter, re's cache and one compile
 ANSWER_BYTES = 512
+START_S = 10.0  # for a process to start (not a value's time)
+# Processes matching at once: a search waits for one beyond this (its wait is not the value's
+# time, up to WAIT_S), so that they hold at most RUNNING x MEMORY_MB.
+RUNNING = max(4, 2 * (os.cpu_count() or 1))
+WAIT_S = 10.0
 NOBODY = 65534
 
 # The process: length-prefixed marshal requests (op, pattern, text) in, one line out per
@@ -52,6 +59,8 @@ if os.getppid() != int(sys.argv[1]):
 resource.setrlimit(resource.RLIMIT_AS, ({MEMORY_MB} << 20, {MEMORY_MB} << 20))
 resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 inp, out = sys.stdin.buffer, sys.stdout.buffer
+out.write(b"R\\n")  # started: what follows is the values' time
+out.flush()
 while True:
     head = inp.read(8)
     if len(head) < 8:
@@ -65,8 +74,8 @@ while True:
             re.compile(text)
             answer = b"1"
     except BaseException as exc:
-        fatal = isinstance(exc, MemoryError)
-        if op == "s":
+        fatal = isinstance(exc, MemoryError)  # answered "E": the host never reuses it
+        if op == "s" or fatal:
             answer = b"E" + ascii(type(exc).__name__ + ": " + str(exc))[:300].encode()
         else:
             answer = b"0"
@@ -90,16 +99,22 @@ class _Process:
         )
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.to, self.back = self.proc.stdin.fileno(), self.proc.stdout.fileno()
+        self.poller = select.poll()  # not select(): descriptors past 1023 are common here
+        self.poller.register(self.back, select.POLLIN)
+        try:
+            ready = self._line(time.monotonic() + START_S)
+        except BaseException:
+            self.kill()
+            raise
+        if ready != b"R":
+            self.kill()
+            raise OSError("the pattern process did not start")
 
-    def ask(self, op: str, pattern: str, text: str, deadline: float) -> bytes | None:
-        """The answer line, or None when the deadline passed first (then the process must
-        be killed: it may still be searching)."""
-        payload = marshal.dumps((op, pattern, text))
-        _write_all(self.to, len(payload).to_bytes(8, "little") + payload)
+    def _line(self, deadline: float) -> bytes | None:
         answer = b""
         while not answer.endswith(b"\n"):
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([self.back], [], [], left)[0]:
+            if left <= 0 or not self.poller.poll(left * 1000):
                 return None
             chunk = os.read(self.back, ANSWER_BYTES)
             if not chunk:
@@ -108,6 +123,13 @@ class _Process:
             if len(answer) > ANSWER_BYTES:
                 raise EOFError("the pattern process answered out of step")
         return answer[:-1]
+
+    def ask(self, op: str, pattern: str, text: str, deadline: float) -> bytes | None:
+        """The answer line, or None when the deadline passed first (then the process must
+        be killed: it may still be searching)."""
+        payload = marshal.dumps((op, pattern, text))
+        _write_all(self.to, len(payload).to_bytes(8, "little") + payload)
+        return self._line(deadline)
 
     def kill(self) -> None:
         with contextlib.suppress(OSError):
@@ -133,6 +155,11 @@ class PatternProcesses:
         self._idle: list[_Process] = []
         self._lock = threading.Lock()
         self._closed = False
+        self.started = 0  # processes started (tests read it)
+        self._running = threading.BoundedSemaphore(RUNNING)
+        # Processes are started by one thread that lives as long as the pool: the kernel's
+        # parent-death signal follows the thread that forked, and a request's thread ends.
+        self._spawner = ThreadPoolExecutor(1, thread_name_prefix="toolkiln-patterns")
 
     def search(self, pattern: str, text: str, deadline: float) -> bool:
         answer = self._ask("s", pattern, text, deadline)
@@ -148,27 +175,31 @@ class PatternProcesses:
         started = time.monotonic()
         if started >= deadline:
             raise OutOfTime
+        if not self._running.acquire(timeout=WAIT_S):
+            raise OutOfTime
         try:
-            process = self._take()
-        except OSError as exc:
-            log.error("could not start a process to match patterns in: %s", exc)
-            raise Unmatchable(f"{pattern[:200]!r} cannot be matched now ({exc})") from None
-        deadline += time.monotonic() - started  # making a process is not the value's time
-        keep = False
-        try:
-            answer = process.ask(op, pattern, text, deadline)
-            if answer is None:
-                raise OutOfTime
-            if answer not in (b"0", b"1") and not answer.startswith(b"E"):
-                raise Unmatchable(f"{pattern[:200]!r} cannot be matched here")
-            keep = not answer.startswith(b"E")
-            return answer
-        except OSError as exc:
-            raise Unmatchable(f"{pattern[:200]!r} cannot be matched here ({exc})") from None
-        except EOFError as exc:
-            raise Unmatchable(f"{pattern[:200]!r} cannot be matched here ({exc})") from None
+            try:
+                process = self._take()
+            except Exception as exc:
+                log.error("could not start a process to match patterns in: %s", exc)
+                raise Unmatchable(f"{pattern[:200]!r} cannot be matched now ({exc})") from None
+            # Waiting for a free process, or for one to start, is not the value's time.
+            deadline += time.monotonic() - started
+            keep = False
+            try:
+                answer = process.ask(op, pattern, text, deadline)
+                if answer is None:
+                    raise OutOfTime
+                if answer not in (b"0", b"1") and not answer.startswith(b"E"):
+                    raise Unmatchable(f"{pattern[:200]!r} cannot be matched here")
+                keep = not answer.startswith(b"E")
+                return answer
+            except (OSError, EOFError, ValueError) as exc:
+                raise Unmatchable(f"{pattern[:200]!r} cannot be matched here ({exc})") from None
+            finally:
+                self._give_back(process, keep)
         finally:
-            self._give_back(process, keep)
+            self._running.release()
 
     def _take(self) -> _Process:
         with self._lock:
@@ -177,7 +208,9 @@ class PatternProcesses:
                 if process.proc.poll() is None:
                     return process
                 process.kill()
-        return _Process()
+        process = self._spawner.submit(_Process).result()
+        self.started += 1
+        return process
 
     def _give_back(self, process: _Process, keep: bool) -> None:
         with self._lock:
@@ -186,12 +219,21 @@ class PatternProcesses:
                 return
         process.kill()
 
+    def close_idle(self) -> None:
+        """Kill the idle processes, and count the started ones from zero."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+            self.started = 0
+        for process in idle:
+            process.kill()
+
     def close(self) -> None:
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
         for process in idle:
             process.kill()
+        self._spawner.shutdown(wait=False)
 
 
 _SHARED: PatternProcesses | None = None
