@@ -76,6 +76,9 @@ def schema_to_parameters(schema: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _metaschema_problem(schema: dict[str, Any], field: str) -> Problem | None:
+    """The metaschema's verdict (its ``format: regex`` included), then what this service asks
+    of a schema's shape: an object root, ``$schema`` at the root only, and
+    ``patternProperties`` whose patterns joined are a regex."""
     try:
         Draft202012Validator.check_schema(schema, format_checker=FORMATS)
     except SchemaError as exc:
@@ -96,18 +99,6 @@ def _metaschema_problem(schema: dict[str, Any], field: str) -> Problem | None:
     return None
 
 
-@contextlib.contextmanager
-def _compiling() -> Iterator[None]:
-    """A schema's own regular expressions, on save, compiled by the searcher (``re``'s parser
-    can take seconds for a 64 KB schema: ``(?i)`` and many wide classes) within SAVE_SECONDS."""
-    _BUDGET.left, _BUDGET.until = STEPS_MAX, time.monotonic() + SAVE_SECONDS
-    _BUDGET.armed = True
-    try:
-        yield
-    finally:
-        _BUDGET.armed = False
-
-
 def check_schema(schema: Any, field: str = "input_schema") -> list[Problem]:
     """A valid 2020-12 schema with an object at its root, within the size and depth caps."""
     if not isinstance(schema, dict):
@@ -122,7 +113,9 @@ def check_schema(schema: Any, field: str = "input_schema") -> list[Problem]:
     if schema.get("$schema", DIALECT) != DIALECT:
         return [problem(f"{field}.$schema", f"only {DIALECT} is supported")]
     try:
-        with _compiling():  # the author's patterns compiled where the values' are matched
+        # The author's patterns compiled where values are matched: re's parser can take
+        # seconds for a 64 KB schema (``(?i)`` and many wide classes).
+        with _armed(STEPS_MAX, SAVE_SECONDS):
             found_problem = _metaschema_problem(schema, field)
     except OutOfTime:
         return [
@@ -507,12 +500,23 @@ PATTERN_MESSAGE = (
 
 
 class _Budget(threading.local):
-    armed = False  # only input_problems counts (its own reads of the reference validator)
+    armed = False  # only while _armed: input_problems, and check_schema's compiles
     left = STEPS
-    until = 0.0  # time.monotonic() when the value's pattern searches must have ended
+    until = 0.0  # time.monotonic() when the pattern searches and compiles must have ended
 
 
 _BUDGET = _Budget()
+
+
+@contextlib.contextmanager
+def _armed(steps: int, seconds: float) -> Iterator[None]:
+    """This thread's keyword evaluations and regular expressions bounded until the end."""
+    _BUDGET.left, _BUDGET.until = steps, time.monotonic() + seconds
+    _BUDGET.armed = True
+    try:
+        yield
+    finally:
+        _BUDGET.armed = False
 
 
 class OutOfSteps(Exception):
@@ -520,7 +524,8 @@ class OutOfSteps(Exception):
 
 
 class OutOfTime(Exception):
-    """Checking one value spent more than PATTERN_SECONDS in its pattern searches."""
+    """The regular expressions of one check (a value's, or a schema's on save) took longer
+    than its time."""
 
 
 class Unmatchable(Exception):
@@ -550,10 +555,10 @@ def use_searcher(searcher: Searcher | None) -> None:
 class _SearchingRe:
     """What jsonschema's keywords call ``re``: every search of a schema's patterns
     (``pattern``, ``patternProperties``, and ``additionalProperties`` and
-    ``unevaluatedProperties``, which consult them) goes to the searcher, with the time left of
-    PATTERN_SECONDS, while input_problems checks a value; elsewhere (the service's own
-    schemas) it is ``re``'s. A test checks that no other search is left in jsonschema's
-    keywords (tests/security/test_schema_patterns.py)."""
+    ``unevaluatedProperties``, which consult them) goes to the searcher, with the check's time
+    left, while the budget is armed; elsewhere (the service's own schemas) it is ``re``'s. A
+    test checks that no other search is left in jsonschema's keywords
+    (tests/security/test_schema_patterns.py)."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(re, name)
@@ -746,13 +751,12 @@ def input_problems(validator: InputValidator, value: Any) -> list[Problem]:
         where, why = validator.runaway or ("", "cannot be used")
         return [problem("input", f"the tool's input schema at {where or 'its root'} {why}")]
     parts = _parts(value)
-    _BUDGET.left = min(STEPS + STEPS_PER_PART * parts, STEPS_MAX)
-    seconds = PATTERN_SECONDS + PATTERN_SECONDS_PER_PART * parts
-    _BUDGET.until = time.monotonic() + min(seconds, PATTERN_SECONDS_MAX)
-    _BUDGET.armed = True
+    steps = min(STEPS + STEPS_PER_PART * parts, STEPS_MAX)
+    seconds = min(PATTERN_SECONDS + PATTERN_SECONDS_PER_PART * parts, PATTERN_SECONDS_MAX)
     try:
-        found = itertools.islice(validator.reference.iter_errors(value), MAX_ERRORS)
-        errors = sorted(found, key=lambda e: list(e.absolute_path))
+        with _armed(steps, seconds):
+            found = itertools.islice(validator.reference.iter_errors(value), MAX_ERRORS)
+            errors = sorted(found, key=lambda e: list(e.absolute_path))
     except OutOfSteps:
         return [problem("input", STEPS_MESSAGE)]
     except OutOfTime:
@@ -768,8 +772,6 @@ def input_problems(validator: InputValidator, value: Any) -> list[Problem]:
             if isinstance(exc, Exception):
                 raise
         return [problem("input", "the tool's input schema refers to itself without end")]
-    finally:
-        _BUDGET.armed = False
     for err in errors:
         path = ["input", *(str(p) for p in err.absolute_path)]
         if err.validator == "required" and isinstance(err.instance, dict):
