@@ -41,7 +41,8 @@ class Limits:
     max_threads: int = 16
     max_open_files: int = 64
     max_file_mb: int = 16
-    scratch_mb: int = 64
+    scratch_mb: int = 64  # each call's own tmpfs at /tmp/<uid>
+    scratch_files: int = 8192  # files and directories in it (the kernel frees them at the end)
     max_cpu_s: int = 31
     cpus: float = 1.0  # CPU time per wall-clock second for a call and everything under it
     concurrent_calls: int = 32  # Python processes running at once (JavaScript: its workers)
@@ -108,6 +109,7 @@ class PythonSandbox:
             "stdlib_paths": _stdlib_paths(),
             "hidden": _hidden_paths(),
             "scratch_mb": lim.scratch_mb,
+            "scratch_files": lim.scratch_files,
             "uid_base": self.uids.first,
             "uid_count": self.uids.count,
             "warm": warm,
@@ -201,6 +203,7 @@ class PythonSandbox:
                 "open_files": lim.max_open_files,
                 "file_size_mb": lim.max_file_mb,
                 "scratch_mb": lim.scratch_mb,
+                "scratch_files": lim.scratch_files,
                 "stdout_bytes": lim.caps.log_bytes,
                 "stderr_bytes": lim.caps.log_bytes,
                 "result_bytes": lim.caps.result_bytes,

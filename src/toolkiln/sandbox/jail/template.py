@@ -22,7 +22,6 @@ import gc
 import json
 import os
 import select
-import shutil
 import signal
 import socket
 import sys
@@ -90,12 +89,13 @@ def _build_root(cfg: dict, layers: dict) -> None:
         # A bind keeps the host mount's flags: noexec here too, so no device maps executable.
         linux.mount(None, f"{r}/dev/{dev}", None, linux.MS_REMOUNT | linux.MS_BIND | nodev)
     os.makedirs(r + "/tmp")
+    # Only the children's mount points: each child's scratch is a tmpfs of its own (spawn).
     linux.mount(
         "tmpfs",
         r + "/tmp",
         "tmpfs",
         linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC,
-        f"size={int(cfg['scratch_mb'])}m,mode=0711",
+        "size=64k,mode=0711",
     )
     os.makedirs(r + "/etc")
     os.makedirs(r + "/.old")
@@ -167,6 +167,9 @@ def _setup(cfg: dict, ctl: socket.socket) -> dict:
     return {"layers": layers, "problems": problems, "installer": installer, "own": own}
 
 
+SCRATCH_FLAGS = linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC
+
+
 class Template:
     def __init__(self, cfg: dict, ctl: socket.socket, installer: seccomp.Installer | None) -> None:
         self.cfg = cfg
@@ -174,6 +177,10 @@ class Template:
         self.installer = installer
         base = int(cfg["uid_base"])
         self.free_uids = list(range(base, base + int(cfg["uid_count"])))
+        for uid in self.free_uids:
+            os.mkdir(f"/tmp/{uid}", 0o700)  # mount points, root's: a child's tmpfs goes on one
+        mb, files = int(cfg["scratch_mb"]), int(cfg["scratch_files"])
+        self.scratch_options = f"size={mb}m,nr_inodes={files},mode=0700"
         self.live: dict[int, tuple[int, str]] = {}
         self.pending = 0
         self.javascript = cfg.get("runtime") == "javascript"
@@ -186,12 +193,7 @@ class Template:
         scratch = f"/tmp/{uid}"
         # Between forks the template does as little as it can: every page it writes while a
         # child shares it is copied (~140 copy-on-write faults in the template per child).
-        try:
-            os.mkdir(scratch, 0o700)  # fresh: reap removed the previous child's
-        except FileExistsError:
-            shutil.rmtree(scratch, ignore_errors=True)
-            os.mkdir(scratch, 0o700)
-        os.chown(scratch, uid, uid)
+        _fresh_scratch(scratch, f"{self.scratch_options},uid={uid},gid={uid}")
         # The C sockets and sendmsg, not socket.py's wrappers (socketpair, send_fds): their
         # Python touched ~15 more pages per child (docs/benchmarks.md, step 42).
         host_end, child_end = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
@@ -232,10 +234,7 @@ class Template:
             if info is None:
                 continue
             uid, scratch = info
-            try:
-                os.rmdir(scratch)  # most tools leave no files
-            except OSError:
-                shutil.rmtree(scratch, ignore_errors=True)
+            _drop_scratch(scratch)
             self.free_uids.append(uid)
             if os.WIFSIGNALED(status):
                 how = b'"signal": %d' % os.WTERMSIG(status)
@@ -275,6 +274,25 @@ class Template:
                 elif msg.get("op") == "stop":
                     return
                 self.reap()
+
+
+def _fresh_scratch(path: str, options: str) -> None:
+    """A new, empty tmpfs at ``path`` for one child, owned by its uid, with its own caps on
+    bytes and files (a call can neither fill another's scratch nor leave it anything). What
+    an earlier child of the uid had there is detached first if a reap has not (it always
+    has: this only makes sure nothing is ever reused)."""
+    _drop_scratch(path)
+    linux.mount("tmpfs", path, "tmpfs", SCRATCH_FLAGS, options)
+
+
+def _drop_scratch(path: str) -> None:
+    """Detach every tmpfs mounted at ``path``: one system call, whatever the child left there
+    (the kernel frees the files, at most the cap of them). It cannot raise: a tree removed
+    file by file in Python held the template, and every workspace's next children, for
+    seconds, and one 1000 levels deep ended the template with a RecursionError."""
+    target = path.encode()
+    while linux.umount2_quiet(target, linux.MNT_DETACH):
+        pass
 
 
 _mini_racer = None
