@@ -222,6 +222,31 @@ ORDINARY = [
 ]
 
 
+# ECMA-262's "$" (JSON Schema's patterns are ECMA's): the end of the text, not also before a
+# final newline as in re ("abc\n" passed ^[a-z]+$, and "text/plain\n" became a header).
+AT_THE_END = [
+    ("^[a-z]+$", {"abc": True, "abc\n": False, "ab1": False}),
+    ("^a$|^b$", {"a": True, "b\n": False, "a\n": False}),
+    ("^[$]+$", {"$$": True, "$\n": False}),
+    ("^[^]$]+$", {"ab": True, "a$": False, "ab\n": True}),  # the class takes the newline
+    ("^a\\$b$", {"a$b": True, "a$b\n": False}),
+    ("(?m)^a$", {"a\nb": True}),  # re's own multiline flag, set inline, keeps its meaning
+]
+
+
+@pytest.mark.parametrize(("pattern", "texts"), AT_THE_END, ids=[p for p, _ in AT_THE_END])
+def test_dollar_is_the_end_of_the_text(pattern: str, texts: dict[str, bool], searcher: Any) -> None:
+    schemas = [
+        _schema({"properties": {"x": {"type": "string", "pattern": pattern}}}),
+        _schema({"patternProperties": {pattern: {}}, "additionalProperties": False}),
+    ]
+    for i, schema in enumerate(schemas):
+        validator = compile_validator(schema)
+        for text, valid in texts.items():
+            value = {"x": text} if i == 0 else {text: 1}
+            assert (input_problems(validator, value) == []) == valid, (pattern, text)
+
+
 @pytest.mark.parametrize(("pattern", "texts"), ORDINARY, ids=[p for p, _ in ORDINARY])
 def test_patterns_judge_exactly_as_re_does(pattern: str, texts: list[str], searcher: Any) -> None:
     schemas = [

@@ -552,6 +552,47 @@ def use_searcher(searcher: Searcher | None) -> None:
     _SEARCHER = searcher
 
 
+_INLINE_MULTILINE = re.compile(r"\(\?[aiLmsux-]*m")
+
+
+@functools.lru_cache(maxsize=4096)
+def ecma_end(pattern: str) -> str:
+    r"""A schema's pattern is an ECMA-262 regular expression, where ``$`` (without the ``m``
+        flag, which a schema cannot set) matches only at the end of the text; ``re``'s also
+        matches before a final newline, so ``^[a-z]+$`` let ``"abc
+    "`` through. Each ``$``
+        outside a character class becomes ``\Z``; a pattern that sets ``re``'s own multiline flag
+        inline keeps its ``$``."""
+    if "$" not in pattern or _INLINE_MULTILINE.search(pattern):
+        return pattern
+    out: list[str] = []
+    i, n, in_class = 0, len(pattern), False
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            out.append(pattern[i : i + 2])
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+            out.append(c)
+            i += 1
+            for lead in "^]":  # a ']' first in a class (after an optional '^') is literal
+                if i < n and pattern[i] == lead:
+                    out.append(lead)
+                    i += 1
+            continue
+        elif c == "$":
+            out.append("\\Z")
+            i += 1
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
 class _SearchingRe:
     """What jsonschema's keywords call ``re``: every search of a schema's patterns
     (``pattern``, ``patternProperties``, and ``additionalProperties`` and
@@ -566,6 +607,8 @@ class _SearchingRe:
     @staticmethod
     def search(pattern: Any, string: Any, flags: int = 0) -> Any:
         searcher = _SEARCHER
+        if isinstance(pattern, str):
+            pattern = ecma_end(pattern)
         if not _BUDGET.armed or searcher is None or flags:
             return re.search(pattern, string, flags)
         if not isinstance(pattern, str) or not isinstance(string, str):
