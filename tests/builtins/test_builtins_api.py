@@ -135,6 +135,34 @@ def test_surface_file_signed_links(outbox_service: Service) -> None:
     assert svc.builtin("surface_file", {"filename": "x"})["error"] == "invalid_input"
 
 
+@pytest.mark.parametrize(
+    "mime", ["text/plain\n", "text/文字", "text/plain; charset=x", "a/b\r\nX: y"]
+)
+def test_surface_file_refuses_a_type_no_header_can_carry(
+    outbox_service: Service, mime: str
+) -> None:
+    made = outbox_service.builtin(
+        "surface_file", {"filename": "a.txt", "content": "hi", "mime_type": mime}
+    )
+    assert made["error"] == "invalid_input", made
+
+
+def test_a_stored_type_no_header_can_carry_is_served_as_octet_stream(
+    outbox_service: Service,
+) -> None:
+    """A file stored before the type's pattern was narrowed: its link still works."""
+    files = outbox_service.runtime.services.files
+    stored = files.store(outbox_service.workspace_id, "a.txt", b"hi", "text/plain\n")
+    path = urlsplit(stored["url"])
+    got = outbox_service.client.get(f"{path.path}?{path.query}")
+    assert got.status_code == 200 and got.content == b"hi"
+    assert got.headers["content-type"] == "application/octet-stream"
+    ok = files.store(outbox_service.workspace_id, "b.txt", b"hi", "text/plain")
+    good = urlsplit(ok["url"])
+    typed = outbox_service.client.get(f"{good.path}?{good.query}").headers["content-type"]
+    assert typed.startswith("text/plain")
+
+
 def test_expired_links_are_refused(outbox_service: Service) -> None:
     files = outbox_service.runtime.services.files
     stored = files.store(outbox_service.workspace_id, "old.txt", b"x", "text/plain", ttl_s=-1)

@@ -9,7 +9,12 @@ from typing import Any
 
 from toolkiln.domain.builtin import BuiltinCall, BuiltinFailure, BuiltinSpec
 from toolkiln.domain.ids import rfc3339
-from toolkiln.services.files import MAX_FILE_BYTES, FileService, safe_filename
+from toolkiln.services.files import (
+    MAX_FILE_BYTES,
+    MIME_TYPE_PATTERN,
+    FileService,
+    safe_filename,
+)
 
 
 class SurfaceFile:
@@ -26,7 +31,7 @@ class SurfaceFile:
                 "mime_type": {
                     "type": "string",
                     "maxLength": 127,
-                    "pattern": "^[\\w.+-]+/[\\w.+-]+$",
+                    "pattern": MIME_TYPE_PATTERN,
                 },
             },
             # "Exactly one of content, content_base64" is checked in call(): providers refuse

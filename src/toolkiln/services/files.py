@@ -20,6 +20,13 @@ from toolkiln.services.ports import UnitOfWorkFactory
 MAX_FILE_BYTES = 10 * 1024 * 1024
 DEFAULT_TTL_S = 3600
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._ -]")
+# A media type as RFC 6838 names them (ASCII letters, digits and its few marks), so that it
+# goes into a Content-Type header as it is: "text/plain\n" or "text/文字" passed a pattern of
+# \w and $ and could then not be sent (a dropped connection, a 500).
+_MIME_NAME = "[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}"
+MIME_TYPE_PATTERN = f"^{_MIME_NAME}/{_MIME_NAME}$"
+_MIME_TYPE = re.compile(f"{_MIME_NAME}/{_MIME_NAME}")
+FALLBACK_MIME_TYPE = "application/octet-stream"
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +89,17 @@ class FileService:
             raise NotFound("No such file.")
         if record.get("content") is None:  # stored on disk before migration 0008
             raise NotFound("No such file.")
-        return ServedFile(bytes(record["content"]), record["filename"], record["mime_type"])
+        return ServedFile(
+            bytes(record["content"]), record["filename"], safe_mime_type(record["mime_type"])
+        )
+
+
+def safe_mime_type(value: object) -> str:
+    """``value`` if it is a media type a header can carry, else application/octet-stream
+    (files stored before the pattern was narrowed are served so)."""
+    if isinstance(value, str) and _MIME_TYPE.fullmatch(value):
+        return value
+    return FALLBACK_MIME_TYPE
 
 
 def safe_filename(name: str) -> str:
