@@ -158,8 +158,12 @@ def _start(args: argparse.Namespace) -> Runtime | Local:
     from toolkiln.app import build
 
     if args.command == "serve":
+        # The address given on the command line is the service's, for its links too (a file
+        # link named the default port when --port said another).
+        where = {"host": args.host or settings.host, "port": args.port or settings.port}
+        settings = settings.model_copy(update=where)
         # Bound first: a taken port fails before migrations and sandbox pools start.
-        args.listening = _listen(args.host or settings.host, args.port or settings.port)
+        args.listening = _listen(settings.host, settings.port)
     return build(settings, sandbox=True)
 
 
