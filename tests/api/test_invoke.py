@@ -265,3 +265,30 @@ def test_the_invoke_fast_path_answers_as_fastapis_route(
             assert fast_r.headers.get("www-authenticate") == slow_r.headers.get("www-authenticate")
     document = client.get("/openapi.json").json()
     assert "post" in document["paths"]["/v1/custom-tools/{tool_id}/invoke"]
+
+
+def test_one_call_id_sent_at_once_is_a_duplicate_for_all_but_one(
+    client: TestClient, space: Space, rw
+) -> None:
+    """The check before the run is no reservation (both requests run); the later record then
+    meets the earlier's unique key, and that answer is duplicate_tool_call_id too."""
+    import threading
+
+    tool = make(
+        client, space, rw, "import time\ndef handle(i, c):\n    time.sleep(0.5)\n    return 1\n"
+    )
+    answers = []
+    body = {"input": {}, "tool_call_id": "same-" + space.id}
+
+    def send() -> None:
+        answers.append(client.post(f"/v1/custom-tools/{tool['id']}/invoke", json=body, headers=rw))
+
+    threads = [threading.Thread(target=send) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(r.status_code for r in answers) == [200, 409, 409], [r.text for r in answers]
+    refused = [r.json()["error"] for r in answers if r.status_code == 409]
+    assert [e["code"] for e in refused] == ["duplicate_tool_call_id"] * 2, refused
+    assert get_tool(client, tool, rw)["usage_count"] == 1

@@ -14,7 +14,7 @@ from toolkiln.domain.limits import MAX_TIMEOUT_MS
 from toolkiln.domain.origin import Budget, Offer, Origin
 from toolkiln.domain.records import Agent, AuditRow, check_label
 from toolkiln.domain.results import Result, error, refused
-from toolkiln.services.invoke import CallContext, InvokeService, check_ids
+from toolkiln.services.invoke import CallContext, InvokeService, check_ids, raced_call_id
 from toolkiln.services.paging import listing_scope
 from toolkiln.services.ports import UnitOfWork, UnitOfWorkFactory
 from toolkiln.services.router import CUSTOM_PREFIX, Router
@@ -243,7 +243,8 @@ class AgentService:
         call_id = self._invoke.fresh_call_id(agent.workspace_id, who)
         # A custom tool's run is bounded by its own timeout_ms inside this deadline.
         origin = Origin.root(caller, call_id, Budget.lasting(MAX_TIMEOUT_MS), offer)
-        return self._router.call(origin, name, arguments)
+        with raced_call_id(who):
+            return self._router.call(origin, name, arguments)
 
     @staticmethod
     def _visible(tx: UnitOfWork, principal: Principal, agent_id: str) -> Agent:

@@ -4,7 +4,9 @@ router; what happens then is the router's alone."""
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,7 +100,8 @@ class InvokeService:
         budget = Budget.lasting(tool.timeout_ms)
         budget.policy = policy
         origin = Origin.root(caller, call_id, budget)
-        return self._router.run_tool(origin, tool, payload, read_at=read_at)
+        with raced_call_id(who):
+            return self._router.run_tool(origin, tool, payload, read_at=read_at)
 
     def test(
         self, principal: Principal, workspace_id: str, draft: ToolDraft, payload: Any
@@ -118,7 +121,8 @@ class InvokeService:
         call_id = self.fresh_call_id(principal.workspace_id, who)
         origin = Origin.root(caller, call_id, Budget.lasting(RUN_CODE_TIMEOUT_MS))
         body = {"language": language, "code": code, "input": payload}
-        result = self._router.run_code(origin, body)
+        with raced_call_id(who):
+            result = self._router.run_code(origin, body)
         if result.error is not None and result.error["code"] == "not_allowed":
             raise Forbidden("This workspace's policy does not allow run_code.", result.error)
         if result.error is not None and result.error["code"] == "invalid_input":
@@ -136,7 +140,8 @@ class InvokeService:
         if not self._router.is_builtin(name):
             shown = name[:64]
             return {"error": "unknown_tool", "details": {"name": shown}}
-        return self._router.value(origin, name, payload)
+        with raced_call_id(who):
+            return self._router.value(origin, name, payload)
 
     def get_call(
         self, principal: Principal, call_id: str, workspace_id: str | None = None
@@ -195,6 +200,19 @@ def check_ids(who: CallContext) -> None:
             problems.append(problem(name, f"1 to {MAX_CALL_ID_CHARS} printable ASCII characters"))
     if problems:
         raise InvalidRequest(f"{problems[0]['field']} is not a valid id.", problems)
+
+
+@contextlib.contextmanager
+def raced_call_id(who: CallContext) -> Iterator[None]:
+    """Two requests with the same client ``tool_call_id`` at once both pass the check before
+    their runs (it is no reservation: both run); the later record then meets the earlier's
+    unique key. That answer is ``duplicate_tool_call_id`` too, not a generic conflict."""
+    try:
+        yield
+    except Conflict as exc:
+        if who.tool_call_id is not None and exc.code == "conflict":
+            raise duplicate_call_id() from exc
+        raise
 
 
 def duplicate_call_id() -> Conflict:
