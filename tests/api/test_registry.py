@@ -226,3 +226,15 @@ def test_lists_page_with_cursors(client: TestClient, space: Space, rw) -> None:
     assert [r["tool_id"] for r in rows] == ids
     bad = client.get("/v1/audit", params={"cursor": "garbage!"}, headers=rw)
     assert bad.status_code == 422
+
+
+def test_every_cursor_the_pattern_allows_is_a_page(client: TestClient, space: Space, rw) -> None:
+    """Any 1-15 hex digits (the OpenAPI pattern), past what a sequence column holds too: an
+    empty last page, never a 500 (PostgreSQL refused 80000000 against a 32-bit column)."""
+    create(client, space, rw, name="past-the-end")
+    for path in ("/v1/custom-tools", "/v1/outbox", "/v1/audit"):
+        for cursor in ("7fffffff", "80000000", "f" * 15):
+            params = {"workspace_id": space.id, "cursor": cursor}
+            r = client.get(path, params=params, headers=rw)
+            assert r.status_code == 200, (path, cursor, r.text)
+            assert r.json()["data"] == [] and r.json()["next_cursor"] is None, (path, cursor)

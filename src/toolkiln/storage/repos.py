@@ -37,6 +37,14 @@ from toolkiln.storage.tables import (
 )
 
 
+def _after(column: sa.Column[Any], seq: int) -> sa.ColumnElement[bool]:
+    """``column > seq`` for any cursor a client may send (15 hex digits): past what the
+    column's type holds no row follows it (PostgreSQL answered a 32-bit ``seq`` column's
+    "integer out of range" with a 500)."""
+    top = 2**63 - 1 if isinstance(column.type, sa.BigInteger) else 2**31 - 1
+    return column > min(seq, top)
+
+
 def _utc(moment: datetime | None) -> datetime | None:
     if moment is None:
         return None
@@ -204,7 +212,7 @@ class SqlTools:
         return self._c.execute(q).first() is not None
 
     def page(self, workspace_id: str | None, after_seq: int, limit: int) -> list[Tool]:
-        q = tools.select().where(tools.c.seq > after_seq).order_by(tools.c.seq).limit(limit)
+        q = tools.select().where(_after(tools.c.seq, after_seq)).order_by(tools.c.seq).limit(limit)
         if workspace_id is not None:
             q = q.where(tools.c.workspace_id == workspace_id)
         return [self._row(r) for r in self._c.execute(q).mappings()]
@@ -409,7 +417,7 @@ class SqlAudit:
         return int(self._c.execute(q).scalar() or 0)
 
     def page(self, where: AuditFilter, after_id: int, limit: int) -> list[AuditRow]:
-        q = audit.select().where(audit.c.id > after_id).order_by(audit.c.id).limit(limit)
+        q = audit.select().where(_after(audit.c.id, after_id)).order_by(audit.c.id).limit(limit)
         for name in ("workspace_id", "tool_id", "tool_call_id", "agent_id", "event"):
             value = getattr(where, name)
             if value is not None:
@@ -438,7 +446,12 @@ class SqlOutbox:
         self._c.execute(outbox.insert().values(**message))
 
     def page(self, workspace_id: str | None, after_seq: int, limit: int) -> list[dict[str, Any]]:
-        q = outbox.select().where(outbox.c.seq > after_seq).order_by(outbox.c.seq).limit(limit)
+        q = (
+            outbox.select()
+            .where(_after(outbox.c.seq, after_seq))
+            .order_by(outbox.c.seq)
+            .limit(limit)
+        )
         if workspace_id is not None:
             q = q.where(outbox.c.workspace_id == workspace_id)
         rows = []
