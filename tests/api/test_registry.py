@@ -238,3 +238,35 @@ def test_every_cursor_the_pattern_allows_is_a_page(client: TestClient, space: Sp
             r = client.get(path, params=params, headers=rw)
             assert r.status_code == 200, (path, cursor, r.text)
             assert r.json()["data"] == [] and r.json()["next_cursor"] is None, (path, cursor)
+
+
+def test_concurrent_edits_of_one_tool_go_one_after_another(
+    client: TestClient, space: Space, rw
+) -> None:
+    """Each edit its own version, none refused (on PostgreSQL two PATCHes read the same
+    version, and the second's new version met the first's: a 409 "conflict")."""
+    import threading
+
+    tool = create(client, space, rw, name="edited-at-once")
+    answers: list[int] = []
+
+    def edit(k: int) -> None:
+        for j in range(6):
+            body = {"description": f"edit {k}-{j}"}
+            r = client.patch(f"/v1/custom-tools/{tool['id']}", json=body, headers=rw)
+            answers.append(r.status_code)
+
+    threads = [threading.Thread(target=edit, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert answers == [200] * 24
+    now = client.get(f"/v1/custom-tools/{tool['id']}", headers=rw).json()["data"]
+    listed = client.get(f"/v1/custom-tools/{tool['id']}/versions", headers=rw).json()["data"]
+    numbers = sorted(v["version"] for v in listed)
+    assert numbers == list(range(1, now["version"] + 1)) and now["version"] == 25
+    assert (
+        next(v for v in listed if v["version"] == now["version"])["description"]
+        == (now["description"])
+    )

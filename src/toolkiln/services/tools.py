@@ -186,7 +186,7 @@ class ToolService:
         if must_test:
             self._require_passing(principal, current.workspace_id, planned.draft, planned.cases)
         with self._uow() as tx:
-            current = self._visible(tx, principal, tool_id)
+            current = self._visible(tx, principal, tool_id, lock=True)
             final = self._plan(tx, current, change)
             if not final.fields:
                 return current
@@ -295,14 +295,14 @@ class ToolService:
     def delete(self, principal: Principal, tool_id: str) -> None:
         principal.require("write")
         with self._uow() as tx:
-            tool = self._visible(tx, principal, tool_id)
+            tool = self._visible(tx, principal, tool_id, lock=True)
             tx.tools.delete(tool.id)
             self._audit(tx, tool, "tool.deleted", {"name": tool.name, "version": tool.version})
 
     def enable(self, principal: Principal, tool_id: str) -> Tool:
         principal.require("write")
         with self._uow() as tx:
-            tool = self._visible(tx, principal, tool_id)
+            tool = self._visible(tx, principal, tool_id, lock=True)
             tx.tools.update(
                 tool.id,
                 {
@@ -321,7 +321,7 @@ class ToolService:
         if problems := text_problems("reason", reason):
             raise InvalidRequest("The reason is not valid text.", problems)
         with self._uow() as tx:
-            tool = self._visible(tx, principal, tool_id)
+            tool = self._visible(tx, principal, tool_id, lock=True)
             tx.tools.update(
                 tool.id, {"status": "disabled", "disabled_reason": reason, "updated_at": utcnow()}
             )
@@ -344,8 +344,11 @@ class ToolService:
         return found
 
     @staticmethod
-    def _visible(tx: UnitOfWork, principal: Principal, tool_id: str) -> Tool:
-        tool = tx.tools.get(tool_id)
+    def _visible(tx: UnitOfWork, principal: Principal, tool_id: str, lock: bool = False) -> Tool:
+        """The tool if the principal may see it; ``lock``: its row held until the write
+        transaction ends, so that concurrent edits go one after another (two PATCHes read
+        the same version on PostgreSQL, and the second's new version met the first's: 409)."""
+        tool = tx.tools.get(tool_id, for_update=lock)
         if tool is None or not principal.can_see(tool.workspace_id):
             raise NotFound("No custom tool with that id.")
         return tool

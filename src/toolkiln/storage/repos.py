@@ -179,7 +179,12 @@ class SqlTools:
         except sa.exc.IntegrityError as exc:
             raise Conflict("A tool with that name exists.", code="name_taken") from exc
 
-    def get(self, tool_id: str) -> Tool | None:
+    def get(self, tool_id: str, *, for_update: bool = False) -> Tool | None:
+        if for_update:  # the row locked until the transaction ends (PostgreSQL; SQLite's
+            # write transactions are one at a time already)
+            q = tools.select().where(tools.c.id == tool_id).with_for_update()
+            locked = self._c.execute(q).mappings().first()
+            return self._row(locked) if locked else None
         row = _TOOL_BY_ID.first(self._c, {"id": tool_id})
         return self._row(row) if row else None
 
