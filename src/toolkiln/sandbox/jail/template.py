@@ -18,6 +18,7 @@ reports how each one ended.
 from __future__ import annotations
 
 import _socket
+import contextlib
 import gc
 import json
 import os
@@ -171,14 +172,24 @@ SCRATCH_FLAGS = linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC
 
 
 class Template:
-    def __init__(self, cfg: dict, ctl: socket.socket, installer: seccomp.Installer | None) -> None:
+    def __init__(
+        self,
+        cfg: dict,
+        ctl: socket.socket,
+        installer: seccomp.Installer | None,
+        own_tmp: bool = True,
+    ) -> None:
         self.cfg = cfg
         self.ctl = ctl
         self.installer = installer
         base = int(cfg["uid_base"])
         self.free_uids = list(range(base, base + int(cfg["uid_count"])))
-        for uid in self.free_uids:
-            os.mkdir(f"/tmp/{uid}", 0o700)  # mount points, root's: a child's tmpfs goes on one
+        # /tmp is the jail's own (the new root was built): a tmpfs per child. Else (insecure
+        # mode without a mount namespace) it is the host's, where nothing is mounted.
+        self.own_tmp = own_tmp
+        if own_tmp:
+            for uid in self.free_uids:
+                os.mkdir(f"/tmp/{uid}", 0o700)  # mount points, root's: a child's tmpfs on one
         mb, files = int(cfg["scratch_mb"]), int(cfg["scratch_files"])
         self.scratch_options = f"size={mb}m,nr_inodes={files},mode=0700"
         self.live: dict[int, tuple[int, str]] = {}
@@ -193,7 +204,10 @@ class Template:
         scratch = f"/tmp/{uid}"
         # Between forks the template does as little as it can: every page it writes while a
         # child shares it is copied (~140 copy-on-write faults in the template per child).
-        _fresh_scratch(scratch, f"{self.scratch_options},uid={uid},gid={uid}")
+        if self.own_tmp:
+            _fresh_scratch(scratch, f"{self.scratch_options},uid={uid},gid={uid}")
+        else:
+            _plain_scratch(scratch, uid)
         # The C sockets and sendmsg, not socket.py's wrappers (socketpair, send_fds): their
         # Python touched ~15 more pages per child (docs/benchmarks.md, step 42).
         host_end, child_end = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
@@ -234,7 +248,10 @@ class Template:
             if info is None:
                 continue
             uid, scratch = info
-            _drop_scratch(scratch)
+            if self.own_tmp:
+                _drop_scratch(scratch)
+            else:
+                _remove_tree(scratch)
             self.free_uids.append(uid)
             if os.WIFSIGNALED(status):
                 how = b'"signal": %d' % os.WTERMSIG(status)
@@ -295,6 +312,70 @@ def _drop_scratch(path: str) -> None:
         pass
 
 
+def _plain_scratch(path: str, uid: int) -> None:
+    """Insecure mode without a mount namespace: a directory in the host's /tmp, no caps."""
+    _remove_tree(path)
+    os.mkdir(path, 0o700)
+    if os.geteuid() == 0:
+        os.chown(path, uid, uid)
+
+
+def _remove_tree(path: str) -> None:
+    """Remove a directory tree without recursion and without raising (insecure mode's
+    scratch): whatever a child left, however deep (past PATH_MAX too: it walks with chdir and
+    names, never long paths) ends no template. Links are removed, never followed."""
+    try:
+        os.chdir(path)
+    except OSError:
+        return
+    names: list[str] = []  # the directories entered below ``path``, in order
+    stuck: list[set[str]] = [set()]  # per level, directories that could not be removed
+    try:
+        while True:
+            try:
+                with os.scandir(".") as it:
+                    entries = list(it)
+            except OSError:
+                entries = []
+            below = next(
+                (
+                    e.name
+                    for e in entries
+                    if e.is_dir(follow_symlinks=False) and e.name not in stuck[-1]
+                ),
+                None,
+            )
+            if below is not None:
+                try:
+                    os.chdir(below)
+                except OSError:
+                    stuck[-1].add(below)
+                    continue
+                names.append(below)
+                stuck.append(set())
+                continue
+            for entry in entries:
+                if not entry.is_dir(follow_symlinks=False):
+                    with contextlib.suppress(OSError):
+                        os.unlink(entry.name)
+            if not names:
+                break
+            os.chdir("..")
+            stuck.pop()
+            name = names.pop()
+            try:
+                os.rmdir(name)
+            except OSError:
+                stuck[-1].add(name)
+    except OSError:
+        pass
+    finally:
+        with contextlib.suppress(OSError):
+            os.chdir("/")
+        with contextlib.suppress(OSError):
+            os.rmdir(path)
+
+
 _mini_racer = None
 
 
@@ -351,7 +432,8 @@ def main() -> None:
     ctl.send(json.dumps(hello).encode())
     if not ok and cfg.get("strict", True):
         sys.exit(3)
-    Template(cfg, ctl, state["installer"]).loop()
+    own_tmp = bool(state["layers"].get("readonly_root"))
+    Template(cfg, ctl, state["installer"], own_tmp).loop()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,45 @@
+"""Insecure mode without a mount namespace keeps scratch directories in the host's /tmp and
+removes them itself: without recursion and without raising, whatever a child left."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+JAIL = Path(__file__).resolve().parents[2] / "src" / "toolkiln" / "sandbox" / "jail"
+sys.path.insert(0, str(JAIL))
+import template  # noqa: E402  (the template's own module, as the jail imports it)
+
+
+def test_a_deep_tree_with_files_and_links_is_removed(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("mine")
+    scratch = tmp_path / "60001"
+    scratch.mkdir()
+    here = os.getcwd()
+    try:
+        os.chdir(scratch)
+        for i in range(3000):  # deeper than shutil.rmtree's recursion goes
+            Path("f").write_text(str(i))
+            os.symlink(outside, "link")
+            os.mkdir("d")
+            os.chdir("d")
+    finally:
+        os.chdir(here)
+    template._remove_tree(str(scratch))
+    assert not scratch.exists()
+    assert (outside / "keep.txt").read_text() == "mine"  # a link is removed, not followed
+
+
+def test_a_missing_or_unreadable_tree_does_not_raise(tmp_path: Path) -> None:
+    template._remove_tree(str(tmp_path / "never-made"))
+    locked = tmp_path / "locked"
+    (locked / "inner").mkdir(parents=True)
+    os.chmod(locked, 0o000)
+    try:
+        template._remove_tree(str(locked))  # as root it goes; else it stays, quietly
+    finally:
+        if locked.exists():
+            os.chmod(locked, 0o700)
