@@ -88,6 +88,22 @@ LOOK = """function main(params, ctx) {
 }"""
 
 
+def test_a_workers_first_call_sees_nothing_of_its_rehearsal(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """A new worker runs a call of its own first (jsrunner._rehearse: a ``main`` returning
+    'ok'); the first caller's isolate is a new one, with no ``main`` but its own."""
+    sb = OneWorker(JsPackageStore(tmp_path_factory.mktemp("js-r")), warm=1, name="js-rehearsed")
+    sb.served = []
+    try:
+        code = "function handle(input, ctx) { return [typeof main, typeof globalThis.__tk_seen]; }"
+        first = run(sb, code, entry="handle")
+        assert first.kind == "return" and first.value == ["undefined", "undefined"], first
+        assert first.stdout == "" and first.ctx_calls == 0
+    finally:
+        sb.close()
+
+
 def test_nothing_of_a_call_reaches_the_next_on_the_same_worker(sandbox: OneWorker) -> None:
     first = run(sandbox, PLANT, call="call-1")
     # Object.prototype.then makes the returned object a thenable: it is awaited, as before.

@@ -12,6 +12,7 @@ worker (namespaces, read-only root, uid, seccomp, cgroup) is the boundary.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import re
@@ -485,6 +486,11 @@ def serve(sock: socket.socket, cfg: dict, mr_module: object, link_factory) -> No
     loop = asyncio.new_event_loop()
     fresh = loop.run_until_complete(_prepare(mr_module, heap, listed))
     spent: list[Fresh] = []  # used isolates, not yet closed (one at most between calls)
+    if cfg.get("warm_up", True):
+        used = _rehearse(cfg, mr_module, link_factory, heap, listed, loop, fresh)
+        if used is not None:
+            spent.append(used)
+        fresh = loop.run_until_complete(_renew(spent, mr_module, heap, listed))
     while True:
         try:
             msg, fds, _, _ = socket.recv_fds(sock, 1, 1)
@@ -506,6 +512,37 @@ def serve(sock: socket.socket, cfg: dict, mr_module: object, link_factory) -> No
         if box[0] is not None:
             spent.append(box[0])
         fresh = loop.run_until_complete(_renew(spent, mr_module, heap, listed))
+
+
+REHEARSAL = {
+    "op": protocol.RUN,
+    "run": "rehearsal",
+    "code": "function main(params) { return { message: 'ok' }; }",
+    "entry": "main",
+    "input": {},
+    "timeout_ms": 1000,
+    "context": {},
+}
+
+
+def _rehearse(cfg: dict, mr_module: object, link_factory, heap, listed, loop, fresh):
+    """A call of the worker's own, on a channel of its own, through the whole path a call
+    takes (its request read, an isolate's run, its report sent) before any caller's: a
+    fresh worker's first call paid its first touches (copy-on-write of the engine's and the
+    interpreter's pages) and took ~2 ms more than the next ones (docs/benchmarks.md). No tool
+    byte runs; the isolate it used is returned to be closed, and the caller's first call
+    gets a new one."""
+    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    box = [fresh]
+    try:
+        with contextlib.suppress(Exception):  # a rehearsal that fails costs nothing else
+            protocol.send(theirs, REHEARSAL)
+            link = link_factory(mine, int(cfg["max_reply_bytes"]))
+            _answer(mine, cfg, mr_module, link, heap, listed, loop, box)
+    finally:
+        mine.close()
+        theirs.close()
+    return box[0]
 
 
 def _answer(chan: socket.socket, cfg: dict, mr_module: object, link, heap, listed, loop, box):
