@@ -8,18 +8,24 @@ message's headers; the message is built by :mod:`email.message`, which refuses t
 from __future__ import annotations
 
 import smtplib
+import socket
 import ssl
+import time
 from dataclasses import dataclass
 from email.headerregistry import Address
 from email.message import EmailMessage
 from email.utils import make_msgid, parseaddr
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from toolkiln.domain.builtin import BuiltinCall, BuiltinFailure, BuiltinSpec
 from toolkiln.domain.ids import new_id, utcnow
 from toolkiln.services.ports import UnitOfWorkFactory
 
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer, WriteableBuffer
+
+SMTP_CAP_S = 20.0  # the whole SMTP conversation, whatever the caller's time
 ADDRESS = {"type": "string", "minLength": 3, "maxLength": 320}
 ADDRESSES = {"anyOf": [ADDRESS, {"type": "array", "items": ADDRESS, "minItems": 1, "maxItems": 50}]}
 
@@ -132,7 +138,17 @@ class SendEmail:
         message_id = make_msgid(domain=domain)
         call.cost["recipients"] = len(to) + len(cc)
         if self._smtp is not None:
-            self._send_smtp(payload, to, cc, reply_to, message_id)
+            until, callers = call.until(SMTP_CAP_S)
+            try:
+                self._send_smtp(payload, to, cc, reply_to, message_id, until)
+            except _OutOfTime:
+                if callers:
+                    raise call.out_of_time("talking to the SMTP server") from None
+                raise BuiltinFailure(
+                    "delivery_failed",
+                    "The SMTP server did not finish in time.",
+                    {"reason": f"no answer within {SMTP_CAP_S:g} s"},
+                ) from None
         else:
             with self._uow() as tx:
                 tx.outbox.add(
@@ -159,7 +175,11 @@ class SendEmail:
         cc: list[str],
         reply_to: list[str],
         message_id: str,
+        until: float,
     ) -> None:
+        """One SMTP conversation, over by ``until`` (``time.monotonic()``) as a whole: every
+        read and write of its socket waits at most for the time left (``_OutOfTime``
+        after it), so a server that trickles its answers cannot stretch it."""
         cfg = self._smtp
         assert cfg is not None
         msg = EmailMessage()
@@ -181,12 +201,13 @@ class SendEmail:
         if not cfg.verify:
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
+        context.sslsocket_class = _UntilSSLSocket
         try:
             client: smtplib.SMTP
             if cfg.tls:
-                client = smtplib.SMTP_SSL(cfg.host, cfg.port, timeout=20, context=context)
+                client = _UntilSMTPSSL(until, cfg.host, cfg.port, context)
             else:
-                client = smtplib.SMTP(cfg.host, cfg.port, timeout=20)
+                client = _UntilSMTP(until, cfg.host, cfg.port)
             with client:
                 if cfg.starttls:
                     client.starttls(context=context)
@@ -194,8 +215,96 @@ class SendEmail:
                     client.login(cfg.username, cfg.password or "")
                 client.send_message(msg, from_addr=cfg.sender, to_addrs=to + cc)
         except (smtplib.SMTPException, OSError) as exc:
+            # smtplib reports a read that ran out of time as a lost connection.
+            if time.monotonic() >= until - 0.05:
+                raise _OutOfTime from None
             raise BuiltinFailure(
                 "delivery_failed",
                 "The SMTP server did not accept the message.",
                 {"reason": str(exc)[:300]},
             ) from None
+
+
+# -- an SMTP conversation with one deadline
+
+
+class _OutOfTime(Exception):
+    """The conversation's deadline passed."""
+
+
+def _left(until: float) -> float:
+    left = until - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("the SMTP conversation's time ran out")
+    return left
+
+
+class _UntilSocket(socket.socket):
+    """A socket whose every read and write waits at most until ``until``, so the deadline
+    holds for the conversation as a whole, not for each operation."""
+
+    until = float("inf")
+
+    def recv_into(self, buffer: WriteableBuffer, nbytes: int = 0, flags: int = 0) -> int:
+        self.settimeout(_left(self.until))
+        return super().recv_into(buffer, nbytes, flags)
+
+    def recv(self, bufsize: int, flags: int = 0) -> bytes:
+        self.settimeout(_left(self.until))
+        return super().recv(bufsize, flags)
+
+    def sendall(self, data: ReadableBuffer, flags: int = 0) -> None:
+        self.settimeout(_left(self.until))  # sendall's timeout bounds the whole send
+        super().sendall(data, flags)
+
+
+class _UntilSSLSocket(ssl.SSLSocket):
+    """The same for a TLS socket (made by the context: ``SSLContext.sslsocket_class``). Its
+    handshake runs with the plain socket's timeout, set to the time left just before."""
+
+    until = float("inf")
+
+    def recv_into(self, buffer: WriteableBuffer, nbytes: int | None = None, flags: int = 0) -> int:
+        self.settimeout(_left(self.until))
+        return super().recv_into(buffer, nbytes, flags)
+
+    def recv(self, buflen: int = 1024, flags: int = 0) -> bytes:
+        self.settimeout(_left(self.until))
+        return super().recv(buflen, flags)
+
+    def send(self, data: ReadableBuffer, flags: int = 0) -> int:  # sendall sends in parts
+        self.settimeout(_left(self.until))
+        return super().send(data, flags)
+
+
+class _UntilSMTP(smtplib.SMTP):
+    """Connects (and reads the greeting) when made, over an ``_UntilSocket``."""
+
+    def __init__(self, until: float, host: str, port: int) -> None:
+        self.until = until
+        super().__init__(host, port, timeout=_left(until))
+
+    def _get_socket(self, host: str, port: int, timeout: float) -> socket.socket:
+        raw = socket.create_connection((host, port), _left(self.until), self.source_address)
+        sock = _UntilSocket(fileno=raw.detach())
+        sock.until = self.until
+        sock.settimeout(_left(self.until))
+        return sock
+
+    def starttls(self, *args: Any, **kwargs: Any) -> tuple[int, bytes]:
+        reply = super().starttls(*args, **kwargs)
+        if isinstance(self.sock, _UntilSSLSocket):
+            self.sock.until = self.until
+        return reply
+
+
+class _UntilSMTPSSL(smtplib.SMTP_SSL, _UntilSMTP):
+    def __init__(self, until: float, host: str, port: int, context: ssl.SSLContext) -> None:
+        self.until = until
+        smtplib.SMTP_SSL.__init__(self, host, port, timeout=_left(until), context=context)
+
+    def _get_socket(self, host: str, port: int, timeout: float) -> socket.socket:
+        sock = super()._get_socket(host, port, timeout)  # _UntilSMTP's, wrapped in TLS
+        if isinstance(sock, _UntilSSLSocket):
+            sock.until = self.until
+        return sock

@@ -3,20 +3,126 @@
 - ``searxng``: a self-hosted SearXNG instance's JSON API (``GET {url}/search?format=json``).
 - ``brave``: the Brave Search API (``GET {url}/res/v1/web/search``, ``X-Subscription-Token``).
 Without a provider the tool answers the error envelope ``not_configured``.
+
+A search is over by its deadline as a whole (its own cap, or sooner the caller's): every
+connect, read and write of its connection waits at most for the time left, so an endpoint
+that trickles its answer a byte at a time cannot stretch it.
 """
 
 from __future__ import annotations
 
+import ssl
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import httpcore
 import httpx
 
 from toolkiln.domain.builtin import BuiltinCall, BuiltinFailure, BuiltinSpec
 
+SEARCH_CAP_S = 10.0  # one search, whatever the caller's time
+
+# The deadline (time.monotonic()) of the search running in this thread, if any.
+_UNTIL: ContextVar[float | None] = ContextVar("toolkiln_search_until", default=None)
+
 
 class SearchProvider(Protocol):
-    def search(self, query: str, count: int) -> list[dict[str, str]]: ...
+    def search(self, query: str, count: int, until: float) -> list[dict[str, str]]: ...
+
+
+@contextmanager
+def _until(until: float) -> Iterator[httpx.Timeout]:
+    """Within: this thread's requests end by ``until``; yields the per-request timeout."""
+    token = _UNTIL.set(until)
+    try:
+        yield httpx.Timeout(max(0.001, until - time.monotonic()))
+    finally:
+        _UNTIL.reset(token)
+
+
+def _bounded(timeout: float | None, exc: type[httpcore.TimeoutException]) -> float | None:
+    until = _UNTIL.get()
+    if until is None:
+        return timeout
+    left = until - time.monotonic()
+    if left <= 0:
+        raise exc("the search's time ran out")
+    return left if timeout is None else min(timeout, left)
+
+
+class _UntilStream(httpcore.NetworkStream):
+    """A connection whose every operation waits at most until the running search's
+    deadline (httpcore applies a timeout to each read, not to the whole answer)."""
+
+    def __init__(self, inner: httpcore.NetworkStream) -> None:
+        self._inner = inner
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._inner.read(max_bytes, _bounded(timeout, httpcore.ReadTimeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._inner.write(buffer, _bounded(timeout, httpcore.WriteTimeout))
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.NetworkStream:
+        bounded = _bounded(timeout, httpcore.ConnectTimeout)
+        return _UntilStream(self._inner.start_tls(ssl_context, server_hostname, bounded))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+class _UntilBackend(httpcore.NetworkBackend):
+    def __init__(self) -> None:
+        self._inner = httpcore.SyncBackend()
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        bounded = _bounded(timeout, httpcore.ConnectTimeout)
+        return _UntilStream(
+            self._inner.connect_tcp(host, port, bounded, local_address, socket_options)
+        )
+
+    def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
+    ) -> httpcore.NetworkStream:
+        bounded = _bounded(timeout, httpcore.ConnectTimeout)
+        return _UntilStream(self._inner.connect_unix_socket(path, bounded, socket_options))
+
+    def sleep(self, seconds: float) -> None:
+        self._inner.sleep(seconds)
+
+
+def _client() -> httpx.Client:
+    """An httpx client whose connections are ``_UntilStream``s. httpx's transport takes no
+    network backend, so its connection pool is made again with one (httpx is pinned, and
+    tests/builtins/test_deadline.py fails if this stops holding)."""
+    transport = httpx.HTTPTransport()
+    transport._pool = httpcore.ConnectionPool(
+        ssl_context=httpx.create_ssl_context(),
+        max_connections=100,
+        max_keepalive_connections=20,
+        keepalive_expiry=5.0,
+        network_backend=_UntilBackend(),
+    )
+    return httpx.Client(transport=transport, timeout=SEARCH_CAP_S, follow_redirects=False)
 
 
 @dataclass(slots=True)
@@ -24,10 +130,13 @@ class SearxngProvider:
     base_url: str
     client: httpx.Client
 
-    def search(self, query: str, count: int) -> list[dict[str, str]]:
-        r = self.client.get(
-            f"{self.base_url.rstrip('/')}/search", params={"q": query, "format": "json"}
-        )
+    def search(self, query: str, count: int, until: float) -> list[dict[str, str]]:
+        with _until(until) as timeout:
+            r = self.client.get(
+                f"{self.base_url.rstrip('/')}/search",
+                params={"q": query, "format": "json"},
+                timeout=timeout,
+            )
         r.raise_for_status()
         items = r.json().get("results", [])
         return [
@@ -46,12 +155,14 @@ class BraveProvider:
     api_key: str
     client: httpx.Client
 
-    def search(self, query: str, count: int) -> list[dict[str, str]]:
-        r = self.client.get(
-            f"{self.base_url.rstrip('/')}/res/v1/web/search",
-            params={"q": query, "count": count},
-            headers={"X-Subscription-Token": self.api_key, "Accept": "application/json"},
-        )
+    def search(self, query: str, count: int, until: float) -> list[dict[str, str]]:
+        with _until(until) as timeout:
+            r = self.client.get(
+                f"{self.base_url.rstrip('/')}/res/v1/web/search",
+                params={"q": query, "count": count},
+                headers={"X-Subscription-Token": self.api_key, "Accept": "application/json"},
+                timeout=timeout,
+            )
         r.raise_for_status()
         items = r.json().get("web", {}).get("results", [])
         return [
@@ -67,7 +178,7 @@ class BraveProvider:
 def make_provider(kind: str | None, url: str | None, api_key: str | None) -> SearchProvider | None:
     if not kind:
         return None
-    client = httpx.Client(timeout=10, follow_redirects=False)
+    client = _client()
     if kind == "searxng":
         if not url:
             raise ValueError("TOOLKILN_SEARCH_URL is required for the searxng provider")
@@ -102,9 +213,18 @@ class WebSearch:
             raise BuiltinFailure(
                 "not_configured", "No search provider is configured (TOOLKILN_SEARCH_PROVIDER)."
             )
+        until, callers = call.until(SEARCH_CAP_S)
         call.cost["queries"] = 1
         try:
-            results = self._provider.search(payload["query"], int(payload.get("count", 5)))
+            results = self._provider.search(payload["query"], int(payload.get("count", 5)), until)
+        except httpx.TimeoutException as exc:
+            if callers and time.monotonic() >= until - 0.05:
+                raise call.out_of_time("waiting for the search provider") from None
+            raise BuiltinFailure(
+                "provider_failed",
+                "The search provider did not answer in time.",
+                {"reason": str(exc)[:300] or f"no answer within {SEARCH_CAP_S:g} s"},
+            ) from None
         except (httpx.HTTPError, ValueError) as exc:
             raise BuiltinFailure(
                 "provider_failed", "The search provider did not answer.", {"reason": str(exc)[:300]}

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from toolkiln.domain.records import Policy
+
+# Time a built-in called from code leaves its caller: the tool must still read the reply and
+# return before its own deadline, or the host stops it as a ``timeout`` of the tool's.
+REPLY_RESERVE_S = 0.25
+CALLER_OUT_OF_TIME = "the calling tool's time ran out"
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,8 +30,29 @@ class BuiltinCall:
     source: str  # "llm" | "code" | "api"
     tool_call_id: str | None = None
     agent_id: str | None = None
-    deadline: float | None = None  # time.monotonic() of the root call's deadline
+    deadline: float | None = None  # time.monotonic(): when the calling call must be over
     cost: dict[str, Any] = field(default_factory=dict)
+
+    def until(self, cap_s: float) -> tuple[float, bool]:
+        """When the built-in's own work must end (``time.monotonic()``): ``cap_s`` from now,
+        or sooner when the caller has less time left (a caller in code keeps
+        ``REPLY_RESERVE_S`` of it to read the reply). The flag says the caller's time is the
+        tighter bound. Raises the ``timeout`` failure when none is left."""
+        now = time.monotonic()
+        own = now + cap_s
+        if self.deadline is None:
+            return own, False
+        callers = self.deadline - (REPLY_RESERVE_S if self.source == "code" else 0.0)
+        if callers <= now:
+            raise self.out_of_time()
+        return (callers, True) if callers < own else (own, False)
+
+    @staticmethod
+    def out_of_time(doing: str = "") -> BuiltinFailure:
+        message = f"Stopped{f' while {doing}' if doing else ''}: {CALLER_OUT_OF_TIME}."
+        return BuiltinFailure(
+            "timeout", message, {"message": message, "reason": CALLER_OUT_OF_TIME}
+        )
 
 
 class BuiltinFailure(Exception):

@@ -89,6 +89,9 @@ class Origin:
     tool_id: str | None = None  # the custom tool whose code runs here, if any
     rows: list[AuditRow] = field(default_factory=list)  # this run's rows, written at its end
     offer: Offer | None = None  # what this run's ctx.tools reach; None: its whole workspace
+    # The deadline (time.monotonic()) of the run whose code makes this call, when it is one:
+    # a nested tool's own timeout_ms may end it before the root call's deadline.
+    run_deadline: float | None = None
 
     @classmethod
     def root(
@@ -99,6 +102,21 @@ class Origin:
     @property
     def workspace_id(self) -> str:
         return self.caller.workspace_id
+
+    @property
+    def deadline(self) -> float:
+        """When this call must be over (``time.monotonic()``): the root call's deadline, or
+        the deadline of the run it is made from when that comes first."""
+        if self.run_deadline is None:
+            return self.budget.deadline
+        return min(self.budget.deadline, self.run_deadline)
+
+    def left_ms(self) -> int:
+        return int((self.deadline - time.monotonic()) * 1000)
+
+    def within(self, timeout_ms: int) -> Origin:
+        """This origin as seen by the code of a run that starts now with ``timeout_ms``."""
+        return replace(self, run_deadline=min(self.deadline, time.monotonic() + timeout_ms / 1000))
 
     def nested(self, call_id: str) -> Origin:
         """A call of its own under this one (a custom tool or ``run_code`` reached from this

@@ -57,7 +57,7 @@ class Builtins:
             origin.caller.source,
             origin.call_id,
             origin.caller.agent_id,
-            origin.budget.deadline,
+            origin.deadline,  # the root call's, or sooner the calling run's
         )
         tool = self._builtins[name]
         if problems := input_problems(self._validators[name], payload):

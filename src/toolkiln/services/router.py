@@ -70,6 +70,8 @@ class Router:
     def from_code(self, origin: Origin, name: str, payload: Any) -> Any:
         """A ``ctx.tools`` call from the code of the run ``origin`` belongs to."""
         refusal = origin.budget.spend()
+        if refusal is None and time.monotonic() >= origin.deadline:
+            refusal = "timeout"  # the run this call is made from has no time left
         if refusal == "call_limit":
             err = error(
                 "call_limit", "Too many ctx.tools calls.", {"max_calls": origin.budget.max_calls}

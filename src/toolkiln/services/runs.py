@@ -107,7 +107,7 @@ class Runs:
         runner = self._runners.get(code.language)
         if runner is None:
             return RunOutcome("infra", message=f"The {code.language} runtime is not available.")
-        timeout_ms = min(code.timeout_ms, origin.budget.left_ms(), MAX_TIMEOUT_MS)
+        timeout_ms = min(code.timeout_ms, origin.left_ms(), MAX_TIMEOUT_MS)
         # A nested run given less than its own timeout_ms is bounded by its caller's time:
         # running out of it is not the nested tool's failure. (A root call's budget is its
         # own timeout: there the two are the same limit.)
@@ -128,7 +128,9 @@ class Runs:
         )
         started = time.perf_counter()
         try:
-            outcome = runner.run(request, _Link(origin, from_code, admit))
+            # The run's ctx calls (built-ins above all) are bounded by this run's deadline.
+            link = _Link(origin.within(timeout_ms), from_code, admit)
+            outcome = runner.run(request, link)
         except Exception as exc:
             return RunOutcome(
                 "infra",
