@@ -230,3 +230,27 @@ def test_seed_000_in_javascript_to_outbox_and_smtp(
         "reason": "recipient_not_allowed",
         "details": {"recipients": ["x@evil.test"]},
     }
+
+
+def test_audit_rows_that_cannot_be_stored_are_dropped_with_a_note(outbox_service: Service) -> None:
+    """An event too long, empty, not a string or holding NUL, or data holding NUL: the row
+    is dropped like a row past a cap (the call goes on) and logs.stderr says why."""
+    svc = outbox_service
+    code = """
+def handle(input, ctx):
+    ctx.audit("e" * 200, {"a": 1})
+    ctx.audit("", None)
+    ctx.audit(None, None)
+    ctx.audit("nul\\x00here", {"a": 1})
+    ctx.audit("bad_data", {"text": "nul\\x00"})
+    ctx.audit("kept", {"a": 1})
+    return {"message": "done"}
+"""
+    res = svc.invoke(svc.tool("audit-unstorable", code))
+    assert res["status"] == "ok" and res["message"] == "done", res
+    stderr = res["logs"]["stderr"]
+    assert "[ctx.audit: 3 rows dropped: the event must be a string of 1-64 characters]" in stderr
+    assert "[ctx.audit: 1 row dropped: event must not contain NUL characters]" in stderr
+    assert "[ctx.audit: 1 row dropped: data.text must not contain NUL characters]" in stderr
+    custom = [e for e in events(svc, res["tool_call_id"]) if e[0].startswith("custom.")]
+    assert custom == [("custom.kept", "code", None)]

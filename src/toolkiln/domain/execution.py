@@ -75,6 +75,7 @@ class RunLink(Protocol):
         """A ``ctx.tools`` call; returns the value or error envelope the code receives."""
         ...
 
-    def audit(self, event: str, data: Any) -> None:
-        """A ``ctx.audit`` row."""
+    def audit(self, event: str, data: Any) -> str | None:
+        """A ``ctx.audit`` row: None when it was kept, else why it cannot be stored (it is
+        dropped, and the run's ``logs.stderr`` says so)."""
         ...

@@ -442,5 +442,5 @@ class _SourceOnly:
     def call(self, name: str, payload: Any) -> Any:
         return {"error": "unknown_tool"}
 
-    def audit(self, event: str, data: Any) -> None:
+    def audit(self, event: str, data: Any) -> str | None:
         return None

@@ -8,7 +8,7 @@ the ``result`` becomes the outcome the host decides on.
 from __future__ import annotations
 
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from toolkiln.domain.execution import RunLink, RunOutcome
 from toolkiln.sandbox.jail import protocol
@@ -20,7 +20,8 @@ class AuditQuota:
 
     rows: int = 0
     bytes: int = 0
-    dropped: int = 0
+    dropped: int = 0  # rows past a cap
+    refused: dict[str, int] = field(default_factory=dict)  # rows that cannot be stored, by why
 
 
 class Session:
@@ -66,9 +67,15 @@ class Session:
         ):
             quota.dropped += 1
             return
+        why = self.link.audit(row.event, row.data)
+        if why is not None:  # dropped like a row past a cap, and the note says why
+            why = why[:MAX_REASON_CHARS]
+            if why not in quota.refused and len(quota.refused) >= MAX_REASONS:
+                why = "other rows that cannot be stored"
+            quota.refused[why] = quota.refused.get(why, 0) + 1
+            return
         quota.rows += 1
         quota.bytes += row.size
-        self.link.audit(row.event, row.data)
 
     def _outcome(self, report: protocol.Report) -> RunOutcome:
         out = RunOutcome("garbled", stdout=report.stdout, stderr=self._stderr(report.stderr))
@@ -88,12 +95,23 @@ class Session:
         return out
 
     def _stderr(self, text: str) -> str:
-        if not self.audit.dropped:
+        quota, caps = self.audit, self.caps
+        notes = [f"[ctx.audit: {n} {_rows(n)} dropped: {why}]" for why, n in quota.refused.items()]
+        if quota.dropped:
+            notes.append(
+                f"[ctx.audit: {quota.dropped} rows dropped; a row may take "
+                f"{caps.audit_row_bytes} bytes, a call {caps.audit_rows} rows and "
+                f"{caps.audit_bytes} bytes]"
+            )
+        if not notes:
             return text
-        caps = self.caps
-        note = (
-            f"[ctx.audit: {self.audit.dropped} rows dropped; a row may take "
-            f"{caps.audit_row_bytes} bytes, a call {caps.audit_rows} rows and "
-            f"{caps.audit_bytes} bytes]"
-        )
+        note = "\n".join(notes)
         return f"{text}\n{note}" if text else note
+
+
+MAX_REASONS = 8  # distinct reasons a note lists (then one line for the rest)
+MAX_REASON_CHARS = 200
+
+
+def _rows(n: int) -> str:
+    return "row" if n == 1 else "rows"

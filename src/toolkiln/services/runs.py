@@ -62,15 +62,17 @@ class _Link:
     def call(self, name: str, payload: Any) -> Any:
         return self._from_code(self._code(), name, payload)
 
-    def audit(self, event: str, data: Any) -> None:
+    def audit(self, event: str, data: Any) -> str | None:
         """``custom.<event>`` with ``data`` exactly as given. The sandbox side caps rows and
         bytes per call (``sandbox/session.py``); here a row that could not be stored is
-        dropped rather than allowed to break the run's one write."""
+        dropped rather than allowed to break the run's one write, and the reason is
+        returned for the run's ``logs.stderr`` (never the event itself: it may be huge)."""
         if not isinstance(event, str) or not 0 < len(event) <= MAX_AUDIT_EVENT_CHARS:
-            return
-        if text_problems("event", event) or text_problems("data", data):
-            return
+            return f"the event must be a string of 1-{MAX_AUDIT_EVENT_CHARS} characters"
+        if found := text_problems("event", event) or text_problems("data", data):
+            return f"{found[0]['field']} {found[0]['message']}"
         self._origin.rows.append(self._code().row(f"custom.{event}", data))
+        return None
 
 
 class Runs:
