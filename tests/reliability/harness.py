@@ -3,6 +3,7 @@ it), real ``toolkiln serve`` processes, and waiting on conditions with a deadlin
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import pwd
@@ -95,6 +96,26 @@ class PgCluster:
     def stop(self) -> None:
         """Fast shutdown: open connections are cut, as in a real outage."""
         self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "-t", "60", "stop")
+
+    def processes(self) -> list[int]:
+        """The postmaster's pid, then its children's (backends and auxiliary processes)."""
+        main = int((self.data / "postmaster.pid").read_text().split()[0])
+        children = Path(f"/proc/{main}/task/{main}/children").read_text().split()
+        return [main, *map(int, children)]
+
+    def freeze(self) -> None:
+        """SIGSTOP the postmaster, then every process it has: the server stops answering
+        but its TCP connections stay open (the kernel still accepts and acknowledges)."""
+        main, *_ = self.processes()
+        os.kill(main, signal.SIGSTOP)  # stopped first, so it forks no more
+        for pid in self.processes()[1:]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        for pid in reversed(self.processes()):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
 
     def destroy(self) -> None:
         subprocess.run(

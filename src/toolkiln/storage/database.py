@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import logging
 import re
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import psycopg
 import sqlalchemy as sa
 
 from toolkiln.domain.errors import Conflict, ServiceUnavailable
@@ -28,6 +30,23 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 MIGRATION_LOCK = zlib.crc32(b"toolkiln.migrate")
 CONNECT_TIMEOUT_S = 5
 POOL_TIMEOUT_S = 10
+# PostgreSQL: how long the service waits for the server's answer to one round trip on an
+# open connection (a statement, a commit, the pool's pre-ping). A server that stops
+# answering but keeps its connections open (a hung host, a frozen process, a partition)
+# would otherwise hold the request, and its thread, for ever: nothing on the server side
+# (statement_timeout) can end a wait when the server itself does not run. A connection
+# whose answer is late is closed, so the pool never hands it out again.
+ANSWER_TIMEOUT_S = 5.0
+# TCP keepalives and an unacknowledged-data bound, so that a connection to a host that is
+# gone (a partition) fails on its own, idle in the pool or listening, in ~10-20 s, not
+# after the kernel's ~15 minutes of retransmissions.
+KEEPALIVE_ARGS: dict[str, Any] = {
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 3,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 10_000,  # ms
+}
 BUSY_TIMEOUT_S = 30  # SQLite: how long a statement waits for another connection's lock
 UNREACHABLE = "The database is unreachable; try again shortly."
 # SQLite: the WAL is copied back into the database by a background loop (``checkpoint``,
@@ -62,6 +81,45 @@ def _wal(cur: sqlite3.Cursor) -> None:
             time.sleep(0.005)
 
 
+# Set while migrating (Database.migrate): that work has no ANSWER_TIMEOUT_S.
+_unbounded_now = contextvars.ContextVar("toolkiln_unbounded", default=False)
+
+
+class _BoundedConnection(psycopg.Connection[Any]):
+    """A psycopg connection whose every wait for the server is bounded (ANSWER_TIMEOUT_S).
+
+    Every exchange on an open connection (execute, commit, rollback, the pre-ping) goes
+    through ``wait``; psycopg's own wait takes a timeout and raises ``_WaitTimeout`` when
+    it expires (psycopg is pinned: pyproject.toml). A wait psycopg bounds itself (LISTEN's
+    ``notifies``, a cancellation) keeps its own timeout. On expiry the connection is in
+    the middle of an exchange, so it is closed: SQLAlchemy then sees a disconnect
+    (``closed``), invalidates it and the pool's other connections, and the caller's
+    error becomes an outage (is_outage, 503 ``unavailable``)."""
+
+    def wait(self, gen: Any, interval: float = 0.1, timeout: float | None = None) -> Any:
+        if timeout is not None or _unbounded_now.get():
+            return super().wait(gen, interval, timeout)
+        bound = ANSWER_TIMEOUT_S
+        try:
+            return super().wait(gen, interval, bound)
+        except psycopg.errors._WaitTimeout:
+            self.pgconn.finish()
+            raise psycopg.OperationalError(
+                f"the database did not answer within {bound:g} s; connection closed"
+            ) from None
+
+
+@contextmanager
+def _unbounded() -> Iterator[None]:
+    """Database work that may legitimately take long (migrations, and waiting for another
+    replica's under the advisory lock) is not bounded by ANSWER_TIMEOUT_S."""
+    token = _unbounded_now.set(True)
+    try:
+        yield
+    finally:
+        _unbounded_now.reset(token)
+
+
 def is_outage(exc: BaseException) -> bool:
     """Errors that say the database cannot be reached (or gave up on us), not that a
     statement was wrong: a refused or dropped connection, a pool with no connection to
@@ -90,16 +148,27 @@ class Database:
             kwargs["pool_size"] = pool_size
         else:
             # Pre-ping replaces connections a restarted server dropped, so the service
-            # recovers by itself; the timeouts make an outage a fast 503, never a hang.
+            # recovers by itself; the timeouts make an outage a fast 503, never a hang: a
+            # new connection within CONNECT_TIMEOUT_S, each answer on an open one within
+            # ANSWER_TIMEOUT_S (_BoundedConnection), a free connection within POOL_TIMEOUT_S.
             kwargs.update(
                 pool_size=pool_size,
                 max_overflow=pool_size,
                 pool_pre_ping=True,
                 pool_timeout=POOL_TIMEOUT_S,
             )
-            if "connect_timeout" not in url:
-                kwargs["connect_args"] = {"connect_timeout": CONNECT_TIMEOUT_S}
+            given = sa.make_url(url).query
+            args: dict[str, Any] = {k: v for k, v in KEEPALIVE_ARGS.items() if k not in given}
+            if "connect_timeout" not in given:
+                args["connect_timeout"] = CONNECT_TIMEOUT_S
+            kwargs["connect_args"] = args
         self.engine = sa.create_engine(url, **kwargs)
+        if not self.is_sqlite:
+
+            @sa.event.listens_for(self.engine, "do_connect")
+            def _connect(_dialect: Any, _record: Any, cargs: Any, cparams: Any) -> Any:
+                return _BoundedConnection.connect(*cargs, **cparams)
+
         # SQLite has one writer at a time; when threads of this process queue for it inside
         # SQLite, its busy handler sleeps with backoff (up to 100 ms a try). Queueing on a
         # lock of ours instead hands the write lock over at once. Other processes (the CLI,
@@ -189,6 +258,10 @@ class Database:
         Replicas started together on a new database must not all create it: on PostgreSQL
         the upgrade runs under a transaction-scoped advisory lock, on SQLite under the
         write lock that ``BEGIN IMMEDIATE`` takes. Whoever waits finds the schema at head.
+
+        The check at head has the usual bound on each answer (ANSWER_TIMEOUT_S), so a start
+        against a server that does not answer fails; the locked part has none: an upgrade
+        may take long, and so may waiting for another replica's.
         """
         try:
             return self._migrate()
@@ -201,19 +274,26 @@ class Database:
             ) from exc
 
     def _migrate(self) -> str | None:
-        with self.engine.begin() as conn:
-            if not self.is_sqlite:
-                conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": MIGRATION_LOCK})
-            # Under the lock, so that whoever waited sees what the migrator did.
-            if _at_head(conn):
-                return None
-            with _ALEMBIC_IMPORT:  # Alembic's modules are not safe to import from two threads
-                from alembic import command
-                from alembic.config import Config
-            cfg = Config()
-            cfg.set_main_option("script_location", str(MIGRATIONS))
-            cfg.attributes["connection"] = conn
-            command.upgrade(cfg, "head")
+        with self.engine.connect() as conn:
+            conn.info["toolkiln_readonly"] = True  # SQLite: a plain BEGIN, no write lock
+            with conn.begin():
+                if _at_head(conn):
+                    return None
+        with _unbounded(), self.engine.connect() as conn:
+            conn.info["toolkiln_readonly"] = False  # SQLite: BEGIN IMMEDIATE, the write lock
+            with conn.begin():
+                if not self.is_sqlite:
+                    conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": MIGRATION_LOCK})
+                # Under the lock, so that whoever waited sees what the migrator did.
+                if _at_head(conn):
+                    return None
+                with _ALEMBIC_IMPORT:  # Alembic's modules are not safe to import from two threads
+                    from alembic import command
+                    from alembic.config import Config
+                cfg = Config()
+                cfg.set_main_option("script_location", str(MIGRATIONS))
+                cfg.attributes["connection"] = conn
+                command.upgrade(cfg, "head")
         return head_revision()
 
     def dispose(self) -> None:

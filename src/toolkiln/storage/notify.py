@@ -14,6 +14,7 @@ import anyio
 import psycopg
 
 from toolkiln.services.background import ChangeFeed
+from toolkiln.storage.database import KEEPALIVE_ARGS
 
 CHANNEL = "toolkiln_tool_lists"
 POLL_S = 1.0
@@ -37,12 +38,16 @@ class ListenFeed:
     def __init__(self, url: str, connect_timeout_s: int = 5) -> None:
         self._dsn = url.replace("postgresql+psycopg://", "postgresql://", 1)
         self._timeout = connect_timeout_s
+        # Keepalives, so that a connection to a host that is gone fails (and is opened
+        # again) instead of listening for ever; the URL's own settings win.
+        given = psycopg.conninfo.conninfo_to_dict(self._dsn)
+        self._keepalive = {k: v for k, v in KEEPALIVE_ARGS.items() if k not in given}
         self._conn: psycopg.AsyncConnection | None = None
 
     async def wait(self, timeout_s: float) -> None:
         if self._conn is None or self._conn.closed:
             conn = await psycopg.AsyncConnection.connect(
-                self._dsn, autocommit=True, connect_timeout=self._timeout
+                self._dsn, autocommit=True, connect_timeout=self._timeout, **self._keepalive
             )
             await conn.execute(f"LISTEN {CHANNEL}")
             self._conn = conn
