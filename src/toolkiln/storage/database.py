@@ -6,6 +6,7 @@ import contextlib
 import contextvars
 import functools
 import logging
+import os
 import re
 import sqlite3
 import threading
@@ -49,6 +50,10 @@ KEEPALIVE_ARGS: dict[str, Any] = {
 }
 BUSY_TIMEOUT_S = 30  # SQLite: how long a statement waits for another connection's lock
 UNREACHABLE = "The database is unreachable; try again shortly."
+DISK_FULL = "The database's disk is full: nothing can be written until space is freed."
+# SQLite: /healthz reports the database's disk full below this much free space (a commit
+# needs a few pages for the WAL; with less, every write fails while reads still work).
+MIN_FREE_BYTES = 1 << 20
 # SQLite: the WAL is copied back into the database by a background loop (``checkpoint``,
 # every CHECKPOINT_EVERY_S), not by whichever commit crosses SQLite's default 1000 pages: that
 # commit then did the copy and two fsyncs on a call's path (a 1-in-100 p99 spike). A commit
@@ -216,7 +221,9 @@ class Database:
             if not is_outage(exc):
                 raise
             log.warning("database unreachable: %s", str(exc).splitlines()[0])
-            raise ServiceUnavailable(UNREACHABLE, code="unavailable") from exc
+            full = "database or disk is full" in str(exc).lower()
+            why = DISK_FULL if full else UNREACHABLE
+            raise ServiceUnavailable(why, code="unavailable") from exc
 
     def checkpoint(self) -> tuple[int, int] | None:
         """Copy what the SQLite WAL holds back into the database, without waiting for
@@ -239,13 +246,29 @@ class Database:
             await anyio.sleep(CHECKPOINT_EVERY_S)
 
     def problem(self) -> str | None:
-        """None when the database answers; else why not, in one line (for /healthz)."""
+        """None when the database answers and (SQLite) its disk has room; else why not, in
+        one line (for /healthz). With the disk full, reads answered and every write failed
+        while /healthz said ok, so a load balancer kept sending calls (found by an outside
+        review)."""
         try:
             with self.engine.connect() as conn:
                 conn.execute(sa.text("SELECT 1"))
-            return None
         except sa.exc.SQLAlchemyError as exc:
             return _cause(exc)
+        return self._disk_problem()
+
+    def _disk_problem(self) -> str | None:
+        path = sa.make_url(self.url).database if self.is_sqlite else None
+        if not path or path == ":memory:":
+            return None
+        try:
+            room = os.statvfs(Path(path).resolve().parent)
+        except OSError:
+            return None
+        free = room.f_bavail * room.f_frsize
+        if free < MIN_FREE_BYTES:
+            return f"{DISK_FULL} ({free} bytes free where the SQLite file is)"
+        return None
 
     def migrate(self) -> str | None:
         """Bring the schema to the newest migration (idempotent); the revision it migrated
