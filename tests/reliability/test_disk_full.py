@@ -32,7 +32,7 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 
 
 def test_a_full_disk_is_a_503_saying_so_and_passes(small_disk: Path) -> None:
-    with own_service(small_disk / "data", TOKEN) as (rt, client, who):
+    with own_service(small_disk / "data", TOKEN) as (_, client, _who):
         headers = {"Authorization": f"Bearer {TOKEN}"}
         assert client.get("/healthz").status_code == 200
         filler = small_disk / "filler"
