@@ -76,11 +76,6 @@ def umount2(target: str, flags: int) -> None:
     _check(_libc.umount2(_b(target), flags), f"umount {target}")
 
 
-def umount2_quiet(target: bytes, flags: int) -> bool:
-    """umount2 that reports instead of raising: whether something was unmounted."""
-    return _libc.umount2(target, flags) == 0
-
-
 def pivot_root(new_root: str, put_old: str) -> None:
     _check(_libc.syscall(SYS_PIVOT_ROOT, _b(new_root), _b(put_old)), "pivot_root")
 

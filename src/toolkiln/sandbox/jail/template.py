@@ -39,6 +39,7 @@ with pyrunner.without_ssl():  # jsrunner imports asyncio
     import jsrunner
 
 NEW_ROOT = "/tmp/toolkiln-root"
+SCRATCH_FLAGS = linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC
 
 
 def _bind_fd(fd: int, target: str, layers: dict) -> None:
@@ -90,14 +91,15 @@ def _build_root(cfg: dict, layers: dict) -> None:
         # A bind keeps the host mount's flags: noexec here too, so no device maps executable.
         linux.mount(None, f"{r}/dev/{dev}", None, linux.MS_REMOUNT | linux.MS_BIND | nodev)
     os.makedirs(r + "/tmp")
-    # Only the children's mount points: each child's scratch is a tmpfs of its own (spawn).
-    linux.mount(
-        "tmpfs",
-        r + "/tmp",
-        "tmpfs",
-        linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC,
-        "size=64k,mode=0711",
-    )
+    # Only mount points: each uid's scratch is a tmpfs of its own (caps per call, as one uid
+    # serves one call at a time), made once here; a call's directory inside it is new (spawn).
+    linux.mount("tmpfs", r + "/tmp", "tmpfs", SCRATCH_FLAGS, "size=64k,mode=0711")
+    mb, files = int(cfg["scratch_mb"]), int(cfg["scratch_files"])
+    base = int(cfg["uid_base"])
+    for uid in range(base, base + int(cfg["uid_count"])):
+        os.mkdir(f"{r}/tmp/{uid}", 0o711)
+        options = f"size={mb}m,nr_inodes={files},mode=0711"
+        linux.mount("tmpfs", f"{r}/tmp/{uid}", "tmpfs", SCRATCH_FLAGS, options)
     os.makedirs(r + "/etc")
     os.makedirs(r + "/.old")
     os.chdir(r)
@@ -168,9 +170,6 @@ def _setup(cfg: dict, ctl: socket.socket) -> dict:
     return {"layers": layers, "problems": problems, "installer": installer, "own": own}
 
 
-SCRATCH_FLAGS = linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC
-
-
 class Template:
     def __init__(
         self,
@@ -184,14 +183,11 @@ class Template:
         self.installer = installer
         base = int(cfg["uid_base"])
         self.free_uids = list(range(base, base + int(cfg["uid_count"])))
-        # /tmp is the jail's own (the new root was built): a tmpfs per child. Else (insecure
-        # mode without a mount namespace) it is the host's, where nothing is mounted.
+        # /tmp is the jail's own (the new root was built): a tmpfs per uid (_build_root).
+        # Else (insecure mode without a mount namespace) it is the host's.
         self.own_tmp = own_tmp
-        if own_tmp:
-            for uid in self.free_uids:
-                os.mkdir(f"/tmp/{uid}", 0o700)  # mount points, root's: a child's tmpfs on one
-        mb, files = int(cfg["scratch_mb"]), int(cfg["scratch_files"])
-        self.scratch_options = f"size={mb}m,nr_inodes={files},mode=0700"
+        self.made = 0  # children made: each child's scratch directory has a new name
+        self.dirty: set[int] = set()  # uids whose tmpfs a walk could not empty (_empty)
         self.live: dict[int, tuple[int, str]] = {}
         self.pending = 0
         self.javascript = cfg.get("runtime") == "javascript"
@@ -201,12 +197,17 @@ class Template:
             self.pending += 1  # at capacity: spawn when a child ends and frees its uid
             return
         uid = self.free_uids.pop(0)
-        scratch = f"/tmp/{uid}"
         # Between forks the template does as little as it can: every page it writes while a
         # child shares it is copied (~140 copy-on-write faults in the template per child).
         if self.own_tmp:
-            _fresh_scratch(scratch, f"{self.scratch_options},uid={uid},gid={uid}")
+            # A directory never used before, in the uid's own tmpfs (emptied at each reap):
+            # a descriptor an earlier process kept open names a directory that is gone.
+            self.made += 1
+            scratch = f"/tmp/{uid}/{self.made}"
+            os.mkdir(scratch, 0o700)
+            os.chown(scratch, uid, uid)
         else:
+            scratch = f"/tmp/{uid}"
             _plain_scratch(scratch, uid)
         # The C sockets and sendmsg, not socket.py's wrappers (socketpair, send_fds): their
         # Python touched ~15 more pages per child (docs/benchmarks.md, step 42).
@@ -249,7 +250,7 @@ class Template:
                 continue
             uid, scratch = info
             if self.own_tmp:
-                _drop_scratch(scratch)
+                self._empty(uid, scratch)
             else:
                 _remove_tree(scratch)
             self.free_uids.append(uid)
@@ -263,6 +264,28 @@ class Template:
         while self.pending and self.free_uids:
             self.pending -= 1
             self.spawn()
+
+    def _empty(self, uid: int, scratch: str) -> None:
+        """Nothing of a reaped child stays in its uid's tmpfs. Most tools leave no file: one
+        rmdir. Else everything in the tmpfs goes (at most its cap of files), by a walk that
+        cannot raise or recurse; what a process of another uid still adds while it runs (in
+        a directory its owner opened to all) is walked again at the uid's next reaps."""
+        if uid not in self.dirty:
+            try:
+                os.rmdir(scratch)
+                return
+            except OSError:
+                pass
+        root = f"/tmp/{uid}"
+        _remove_tree(root)
+        try:
+            left = bool(os.listdir(root))
+        except OSError:
+            left = True
+        if left:
+            self.dirty.add(uid)
+        else:
+            self.dirty.discard(uid)
 
     def loop(self) -> None:
         wake_r, wake_w = os.pipe()
@@ -291,25 +314,6 @@ class Template:
                 elif msg.get("op") == "stop":
                     return
                 self.reap()
-
-
-def _fresh_scratch(path: str, options: str) -> None:
-    """A new, empty tmpfs at ``path`` for one child, owned by its uid, with its own caps on
-    bytes and files (a call can neither fill another's scratch nor leave it anything). What
-    an earlier child of the uid had there is detached first if a reap has not (it always
-    has: this only makes sure nothing is ever reused)."""
-    _drop_scratch(path)
-    linux.mount("tmpfs", path, "tmpfs", SCRATCH_FLAGS, options)
-
-
-def _drop_scratch(path: str) -> None:
-    """Detach every tmpfs mounted at ``path``: one system call, whatever the child left there
-    (the kernel frees the files, at most the cap of them). It cannot raise: a tree removed
-    file by file in Python held the template, and every workspace's next children, for
-    seconds, and one 1000 levels deep ended the template with a RecursionError."""
-    target = path.encode()
-    while linux.umount2_quiet(target, linux.MNT_DETACH):
-        pass
 
 
 def _plain_scratch(path: str, uid: int) -> None:
