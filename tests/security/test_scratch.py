@@ -1,8 +1,9 @@
 """What a call leaves in its scratch directory reaches no other call, and cannot hold up or end
 the process that makes every workspace's sandboxes (the template).
 
-Each Python child gets a tmpfs of its own at /tmp/<uid>, capped in bytes and in files, and
-detached in one system call when the child has been reaped. These attacks were found by an
+Each uid has a tmpfs of its own (capped in bytes and in files; a uid serves one call at a
+time) and each child a new directory in it, removed after its reap by a walk that cannot
+raise or recurse. These attacks were found by an
 outside review: a tree 1000 levels deep ended the template (RecursionError in its clean-up,
 so every call in flight failed with infra_error), and ~200,000 empty files held it for
 seconds while it removed them one by one (other workspaces' calls waited, some past their
