@@ -7,6 +7,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 JAIL = Path(__file__).resolve().parents[2] / "src" / "toolkiln" / "sandbox" / "jail"
 sys.path.insert(0, str(JAIL))
 import template  # noqa: E402  (the template's own module, as the jail imports it)
@@ -43,3 +45,29 @@ def test_a_missing_or_unreadable_tree_does_not_raise(tmp_path: Path) -> None:
     finally:
         if locked.exists():
             os.chmod(locked, 0o700)
+
+
+def test_a_directory_swapped_for_a_link_mid_walk_stops_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process swaps a directory the walk listed for a link to elsewhere, just
+    before the walk goes down into it: the walk notices where it landed and stops."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("mine")
+    scratch = tmp_path / "60002"
+    (scratch / "d").mkdir(parents=True)
+    real_chdir = os.chdir
+    swapped = []
+
+    def chdir(target: str | os.PathLike[str]) -> None:
+        if target == "d" and not swapped:
+            os.rename("d", "moved")
+            os.symlink(outside, "d")
+            swapped.append(True)
+        real_chdir(target)
+
+    monkeypatch.setattr(os, "chdir", chdir)
+    template._remove_tree(str(scratch))
+    monkeypatch.undo()
+    assert swapped and (outside / "keep.txt").read_text() == "mine"

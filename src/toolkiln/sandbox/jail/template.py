@@ -324,49 +324,66 @@ def _plain_scratch(path: str, uid: int) -> None:
         os.chown(path, uid, uid)
 
 
+WALK_STEPS = 50_000  # directories a removal visits at most (a full tmpfs: ~8k files, ~16k)
+
+
+def _here() -> tuple[int, int]:
+    st = os.stat(".")
+    return st.st_dev, st.st_ino
+
+
 def _remove_tree(path: str) -> None:
-    """Remove a directory tree without recursion and without raising (insecure mode's
-    scratch): whatever a child left, however deep (past PATH_MAX too: it walks with chdir and
-    names, never long paths) ends no template. Links are removed, never followed."""
+    """Remove what is under ``path`` (and ``path`` itself unless it is a mount point),
+    without recursion and without raising: whatever a child left, however deep (past
+    PATH_MAX too: it walks with chdir and names, never long paths), ends no template. Links
+    are removed, never followed. Each chdir is checked to land where it was meant to (the
+    directory seen before going down, the one left on the way up): a process of another uid
+    that renames or swaps directories while it runs (in a directory their owner opened to
+    all) makes it stop, never walk elsewhere; it stops after WALK_STEPS directories too."""
     try:
         os.chdir(path)
     except OSError:
         return
-    names: list[str] = []  # the directories entered below ``path``, in order
+    trail: list[tuple[str, tuple[int, int]]] = []  # (name entered, the directory above it)
     stuck: list[set[str]] = [set()]  # per level, directories that could not be removed
     try:
-        while True:
+        for _ in range(WALK_STEPS):
             try:
                 with os.scandir(".") as it:
                     entries = list(it)
             except OSError:
                 entries = []
             below = next(
-                (
-                    e.name
-                    for e in entries
-                    if e.is_dir(follow_symlinks=False) and e.name not in stuck[-1]
-                ),
+                (e for e in entries if e.is_dir(follow_symlinks=False) and e.name not in stuck[-1]),
                 None,
             )
             if below is not None:
+                above = _here()
+                seen = below.stat(follow_symlinks=False)
                 try:
-                    os.chdir(below)
+                    os.chdir(below.name)
                 except OSError:
-                    stuck[-1].add(below)
+                    stuck[-1].add(below.name)
                     continue
-                names.append(below)
+                if _here() != (seen.st_dev, seen.st_ino):
+                    return  # not the directory it listed: stop
+                trail.append((below.name, above))
                 stuck.append(set())
                 continue
             for entry in entries:
                 if not entry.is_dir(follow_symlinks=False):
                     with contextlib.suppress(OSError):
                         os.unlink(entry.name)
-            if not names:
-                break
+            if not trail:
+                with contextlib.suppress(OSError):
+                    os.chdir("/")
+                    os.rmdir(path)
+                return
+            name, above = trail.pop()
             os.chdir("..")
+            if _here() != above:
+                return  # moved meanwhile: stop rather than walk what is above
             stuck.pop()
-            name = names.pop()
             try:
                 os.rmdir(name)
             except OSError:
@@ -376,8 +393,6 @@ def _remove_tree(path: str) -> None:
     finally:
         with contextlib.suppress(OSError):
             os.chdir("/")
-        with contextlib.suppress(OSError):
-            os.rmdir(path)
 
 
 _mini_racer = None
