@@ -41,8 +41,8 @@ class Limits:
     max_threads: int = 16
     max_open_files: int = 64
     max_file_mb: int = 16
-    scratch_mb: int = 64  # each call's own tmpfs at /tmp/<uid>
-    scratch_files: int = 8192  # files and directories in it (the kernel frees them at the end)
+    scratch_mb: int = 64  # a call's scratch: its uid's own tmpfs (a uid serves one call)
+    scratch_files: int = 8192  # files and directories in it
     max_cpu_s: int = 31
     cpus: float = 1.0  # CPU time per wall-clock second for a call and everything under it
     concurrent_calls: int = 32  # Python processes running at once (JavaScript: its workers)

@@ -268,8 +268,16 @@ def build_filter() -> bytes:
 # What the Python template and a child before its own filter need beyond the allowlist:
 # forking, the child's uid, gid and groups, its rlimits (RLIMIT_CPU included), its prctl
 # settings (no_new_privs, the filter itself), the scratch directory's owner, the nice value
-# of a warm child, and a pidfd of each child for the host.
-TEMPLATE_ONLY = {"setgroups": 116, "setresuid": 117, "setresgid": 119, "pidfd_open": 434}
+# of a warm child, a pidfd of each child for the host, and a new scratch tmpfs for a uid
+# whose child left files (detached, then mounted again).
+TEMPLATE_ONLY = {
+    "setgroups": 116,
+    "setresuid": 117,
+    "setresgid": 119,
+    "pidfd_open": 434,
+    "mount": 165,
+    "umount2": 166,
+}
 TEMPLATE_EXTRA = (
     *(SYS[name] for name in ("clone", "prlimit64", "setrlimit", "prctl")),
     *(REFUSE[name] for name in ("chown", "fchown", "lchown", "fchownat", "setpriority")),
