@@ -18,6 +18,7 @@ from email.utils import make_msgid, parseaddr
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from toolkiln.builtins import net
 from toolkiln.domain.builtin import BuiltinCall, BuiltinFailure, BuiltinSpec
 from toolkiln.domain.ids import new_id, utcnow
 from toolkiln.services.ports import UnitOfWorkFactory
@@ -282,10 +283,11 @@ class _UntilSMTP(smtplib.SMTP):
 
     def __init__(self, until: float, host: str, port: int) -> None:
         self.until = until
-        super().__init__(host, port, timeout=_left(until))
+        name = net.ehlo_name(until)
+        super().__init__(host, port, local_hostname=name, timeout=_left(until))
 
     def _get_socket(self, host: str, port: int, timeout: float) -> socket.socket:
-        raw = socket.create_connection((host, port), _left(self.until), self.source_address)
+        raw = net.connect(host, port, self.until, self.source_address)
         sock = _UntilSocket(fileno=raw.detach())
         sock.until = self.until
         sock.settimeout(_left(self.until))
@@ -301,7 +303,10 @@ class _UntilSMTP(smtplib.SMTP):
 class _UntilSMTPSSL(smtplib.SMTP_SSL, _UntilSMTP):
     def __init__(self, until: float, host: str, port: int, context: ssl.SSLContext) -> None:
         self.until = until
-        smtplib.SMTP_SSL.__init__(self, host, port, timeout=_left(until), context=context)
+        name = net.ehlo_name(until)
+        smtplib.SMTP_SSL.__init__(
+            self, host, port, local_hostname=name, timeout=_left(until), context=context
+        )
 
     def _get_socket(self, host: str, port: int, timeout: float) -> socket.socket:
         sock = super()._get_socket(host, port, timeout)  # _UntilSMTP's, wrapped in TLS

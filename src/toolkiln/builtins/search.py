@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import httpcore
 import httpx
 
+from toolkiln.builtins import net
 from toolkiln.domain.builtin import BuiltinCall, BuiltinFailure, BuiltinSpec
 
 SEARCH_CAP_S = 10.0  # one search, whatever the caller's time
@@ -96,9 +97,25 @@ class _UntilBackend(httpcore.NetworkBackend):
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.NetworkStream:
         bounded = _bounded(timeout, httpcore.ConnectTimeout)
-        return _UntilStream(
-            self._inner.connect_tcp(host, port, bounded, local_address, socket_options)
-        )
+        until = time.monotonic() + (SEARCH_CAP_S if bounded is None else bounded)
+        try:  # the name's lookup within the time too (builtins/net.py)
+            addresses = net.resolve(host, port, until)
+        except net.LookupTimeout as exc:
+            raise httpcore.ConnectTimeout(str(exc)) from None
+        except OSError as exc:
+            raise httpcore.ConnectError(str(exc)) from None
+        failure: httpcore.ConnectError | None = None
+        for *_, sockaddr in addresses:
+            left = max(0.001, until - time.monotonic())
+            try:
+                stream = self._inner.connect_tcp(
+                    str(sockaddr[0]), port, left, local_address, socket_options
+                )
+            except httpcore.ConnectError as exc:
+                failure = exc
+                continue
+            return _UntilStream(stream)
+        raise failure if failure is not None else httpcore.ConnectError(f"{host!r} has no address")
 
     def connect_unix_socket(
         self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
