@@ -46,10 +46,19 @@ class ListenFeed:
 
     async def wait(self, timeout_s: float) -> None:
         if self._conn is None or self._conn.closed:
+            # The LISTEN is bounded too: a server that accepted the connection and then
+            # stopped answering held the watcher for ever (keepalives see a host that is
+            # gone, not one that is frozen).
             conn = await psycopg.AsyncConnection.connect(
                 self._dsn, autocommit=True, connect_timeout=self._timeout, **self._keepalive
             )
-            await conn.execute(f"LISTEN {CHANNEL}")
+            try:
+                with anyio.fail_after(self._timeout):
+                    await conn.execute(f"LISTEN {CHANNEL}")
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await conn.close()
+                raise
             self._conn = conn
             return  # listening from now on; the caller checks what it may have missed
         try:
