@@ -216,3 +216,81 @@ def test_no_token_is_401_before_the_body_is_judged(client: TestClient, space: Sp
     for url in (f"/v1/custom-tools/{tool_id}/invoke", "/v1/custom-tools"):
         r = client.post(url, content=b"{not json", headers={"Content-Type": "application/json"})
         assert r.status_code == 400 and r.json()["error"]["code"] == "malformed_json", r.text
+
+
+# The scope each operation of the OpenAPI document needs (docs/api.md, "Auth").
+SCOPES = {
+    ("post", "/v1/workspaces"): "admin",
+    ("get", "/v1/workspaces"): "read",
+    ("get", "/v1/workspaces/{workspace_id}"): "read",
+    ("get", "/v1/workspaces/{workspace_id}/policy"): "read",
+    ("patch", "/v1/workspaces/{workspace_id}/policy"): "write",
+    ("post", "/v1/tokens"): "admin",
+    ("get", "/v1/tokens"): "admin",
+    ("delete", "/v1/tokens/{token_id}"): "admin",
+    ("get", "/v1/custom-tools/runtimes"): "read",
+    ("post", "/v1/custom-tools/test"): "write",
+    ("post", "/v1/custom-tools/{tool_id}/invoke"): "invoke",
+    ("post", "/v1/run-code"): "invoke",
+    ("get", "/v1/tool-calls/{tool_call_id}"): "read",
+    ("post", "/v1/custom-tools/generate"): "write",
+    ("post", "/v1/custom-tools"): "write",
+    ("get", "/v1/custom-tools"): "read",
+    ("post", "/v1/custom-tools/validate"): "write",
+    ("get", "/v1/custom-tools/{tool_id}"): "read",
+    ("patch", "/v1/custom-tools/{tool_id}"): "write",
+    ("delete", "/v1/custom-tools/{tool_id}"): "write",
+    ("post", "/v1/custom-tools/{tool_id}/run-tests"): "write",
+    ("post", "/v1/custom-tools/{tool_id}/enable"): "write",
+    ("post", "/v1/custom-tools/{tool_id}/disable"): "write",
+    ("get", "/v1/custom-tools/{tool_id}/versions"): "read",
+    ("get", "/v1/custom-tools/{tool_id}/versions/{number}"): "read",
+    ("get", "/v1/audit"): "read",
+    ("get", "/v1/builtin-tools"): "read",
+    ("post", "/v1/builtin-tools/{name}/call"): "invoke",
+    ("get", "/v1/outbox"): "read",
+    ("post", "/v1/agents"): "write",
+    ("get", "/v1/agents"): "read",
+    ("get", "/v1/agents/{agent_id}"): "read",
+    ("delete", "/v1/agents/{agent_id}"): "write",
+    ("get", "/v1/agents/{agent_id}/custom-tools"): "read",
+    ("put", "/v1/agents/{agent_id}/custom-tools/{tool_id}"): "write",
+    ("delete", "/v1/agents/{agent_id}/custom-tools/{tool_id}"): "write",
+    ("get", "/v1/agents/{agent_id}/tools"): "read",
+    ("post", "/v1/agents/{agent_id}/tool-calls"): "invoke",
+}
+NO_TOKEN = {("get", "/healthz"), ("get", "/v1/files/{file_id}")}
+
+
+def test_missing_scope_is_403_before_the_body_or_query_is_judged(
+    client: TestClient, space: Space, rw
+) -> None:
+    """docs/api.md "Auth": after 401 comes 403, before 404 and 422. A token that lacks the
+    scope of a route is told so, whatever its body or query parameters hold (a read-only
+    token posting a broken tool definition learnt of the definition's problems, not that it
+    may not write)."""
+    tool_id = client.post("/v1/custom-tools", json=seed_tool(space), headers=rw).json()["data"][
+        "id"
+    ]
+    spec = client.get("/openapi.json").json()
+    ops = {(m, path): op for path, item in spec["paths"].items() for m, op in item.items()}
+    assert set(ops) == set(SCOPES) | NO_TOKEN, set(ops) ^ (set(SCOPES) | NO_TOKEN)
+    bad_query = {"limit": 0, "cursor": "zz", "format": "x", "mode": "x", "version": 0}
+    wrong = []
+    for (method, path), scope in SCOPES.items():
+        url = path.replace("{tool_id}", tool_id).replace("{number}", "0")
+        url = "/".join("x" if part.startswith("{") else part for part in url.split("/"))
+        for held in ("read", "write", "invoke"):
+            if held == scope:
+                continue
+            body = {"input": 5, "name": 7, "code": 1, "unknown": True}
+            r = client.request(
+                method,
+                url,
+                params=bad_query,
+                json=body if "requestBody" in ops[(method, path)] else None,
+                headers=space.auth(held),
+            )
+            if r.status_code != 403 or r.json()["error"]["details"] != {"required_scope": scope}:
+                wrong.append((method, path, held, r.status_code))
+    assert not wrong, wrong

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -41,3 +42,22 @@ def principal(
 
 Svc = Annotated[Services, Depends(services)]
 Caller = Annotated[Principal, Depends(principal)]
+
+
+def _needs(scope: str) -> Callable[[Principal], Awaitable[Principal]]:
+    # async: no I/O, no thread-pool hop; FastAPI solves it (and so raises 403) before it
+    # judges the body and the query, so a token without the route's scope hears 403, not
+    # the body's problems (docs/api.md, "Auth": 401, then 403, then 404 and 422). The
+    # services check the scope again; this only makes the answer come first.
+    async def needs(who: Caller) -> Principal:
+        who.require(scope)
+        return who
+
+    needs.__name__ = f"needs_{scope}"
+    return needs
+
+
+Reader = Annotated[Principal, Depends(_needs("read"))]
+Writer = Annotated[Principal, Depends(_needs("write"))]
+Invoker = Annotated[Principal, Depends(_needs("invoke"))]
+Admin = Annotated[Principal, Depends(_needs("admin"))]

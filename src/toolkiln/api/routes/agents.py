@@ -8,7 +8,7 @@ from fastapi import APIRouter, Response
 from pydantic import Field
 
 from toolkiln.api import models
-from toolkiln.api.deps import Caller, Svc
+from toolkiln.api.deps import Invoker, Reader, Svc, Writer
 from toolkiln.domain.ids import rfc3339
 from toolkiln.domain.records import Agent
 from toolkiln.services.invoke import CallContext
@@ -43,42 +43,42 @@ def _agent(a: Agent) -> dict[str, Any]:
 
 
 @router.post("", status_code=201)
-def create_agent(body: AgentIn, who: Caller, svc: Svc) -> dict[str, Any]:
+def create_agent(body: AgentIn, who: Writer, svc: Svc) -> dict[str, Any]:
     return {"data": _agent(svc.agents.create(who, body.workspace_id, body.name))}
 
 
 @router.get("")
-def list_agents(who: Caller, svc: Svc, workspace_id: models.Filter = None) -> dict[str, Any]:
+def list_agents(who: Reader, svc: Svc, workspace_id: models.Filter = None) -> dict[str, Any]:
     return {"data": [_agent(a) for a in svc.agents.all(who, workspace_id)], "next_cursor": None}
 
 
 @router.get("/{agent_id}")
-def get_agent(agent_id: str, who: Caller, svc: Svc) -> dict[str, Any]:
+def get_agent(agent_id: str, who: Reader, svc: Svc) -> dict[str, Any]:
     return {"data": _agent(svc.agents.get(who, agent_id))}
 
 
 @router.delete("/{agent_id}", status_code=204)
-def delete_agent(agent_id: str, who: Caller, svc: Svc) -> Response:
+def delete_agent(agent_id: str, who: Writer, svc: Svc) -> Response:
     svc.agents.delete(who, agent_id)
     return Response(status_code=204)
 
 
 @router.get("/{agent_id}/custom-tools")
-def enabled_tools(agent_id: str, who: Caller, svc: Svc) -> dict[str, Any]:
+def enabled_tools(agent_id: str, who: Reader, svc: Svc) -> dict[str, Any]:
     """The agent's own enablements (global tools are not listed): ``{tool_id, version}``."""
     return {"data": svc.agents.enabled_tools(who, agent_id), "next_cursor": None}
 
 
 @router.put("/{agent_id}/custom-tools/{tool_id}")
 def enable_tool(
-    agent_id: str, tool_id: str, who: Caller, svc: Svc, body: EnableIn | None = None
+    agent_id: str, tool_id: str, who: Writer, svc: Svc, body: EnableIn | None = None
 ) -> dict[str, Any]:
     version = body.version if body else None
     return {"data": svc.agents.enable_tool(who, agent_id, tool_id, version)}
 
 
 @router.delete("/{agent_id}/custom-tools/{tool_id}", status_code=204)
-def disable_tool(agent_id: str, tool_id: str, who: Caller, svc: Svc) -> Response:
+def disable_tool(agent_id: str, tool_id: str, who: Writer, svc: Svc) -> Response:
     svc.agents.disable_tool(who, agent_id, tool_id)
     return Response(status_code=204)
 
@@ -86,7 +86,7 @@ def disable_tool(agent_id: str, tool_id: str, who: Caller, svc: Svc) -> Response
 @router.get("/{agent_id}/tools")
 def agent_tools(
     agent_id: str,
-    who: Caller,
+    who: Reader,
     svc: Svc,
     format: Literal["openai", "anthropic", "mcp"] = "openai",
     strict: bool = False,
@@ -100,7 +100,7 @@ def agent_tools(
 
 
 @router.post("/{agent_id}/tool-calls", response_model=models.One[models.Result])
-def tool_call(agent_id: str, body: ToolCallIn, who: Caller, svc: Svc) -> dict[str, Any]:
+def tool_call(agent_id: str, body: ToolCallIn, who: Invoker, svc: Svc) -> dict[str, Any]:
     context = CallContext(
         tool_call_id=body.tool_call_id,
         conversation_id=body.conversation_id,

@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter
 
 from toolkiln.api import models, serialize
-from toolkiln.api.deps import Caller, Svc
+from toolkiln.api.deps import Reader, Svc
 from toolkiln.domain.records import AuditFilter
 
 router = APIRouter(prefix="/v1", tags=["audit"])
@@ -15,7 +15,7 @@ router = APIRouter(prefix="/v1", tags=["audit"])
 
 @router.get("/audit", response_model=models.Many[models.AuditRow])
 def list_audit(
-    who: Caller,
+    who: Reader,
     svc: Svc,
     workspace_id: models.Filter = None,
     tool_id: models.Filter = None,

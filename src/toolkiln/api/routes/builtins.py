@@ -10,7 +10,7 @@ from fastapi.responses import Response
 from pydantic import Field
 
 from toolkiln.api import models
-from toolkiln.api.deps import Caller, Svc
+from toolkiln.api.deps import Invoker, Reader, Svc
 from toolkiln.domain.ids import rfc3339
 from toolkiln.services.files import safe_filename
 from toolkiln.services.invoke import CallContext
@@ -25,7 +25,7 @@ class BuiltinCallIn(models.Body):
 
 
 @router.get("/builtin-tools")
-def list_builtins(who: Caller, svc: Svc) -> dict[str, Any]:
+def list_builtins(who: Reader, svc: Svc) -> dict[str, Any]:
     who.require("read")
     specs = svc.router.specs()
     return {
@@ -38,7 +38,7 @@ def list_builtins(who: Caller, svc: Svc) -> dict[str, Any]:
 
 
 @router.post("/builtin-tools/{name}/call")
-def call_builtin(name: str, body: BuiltinCallIn, who: Caller, svc: Svc) -> dict[str, Any]:
+def call_builtin(name: str, body: BuiltinCallIn, who: Invoker, svc: Svc) -> dict[str, Any]:
     """Call a built-in the way a model does: same checks, allowlists and audit as tool code."""
     context = CallContext(
         tool_call_id=body.tool_call_id,
@@ -50,7 +50,7 @@ def call_builtin(name: str, body: BuiltinCallIn, who: Caller, svc: Svc) -> dict[
 
 @router.get("/outbox")
 def list_outbox(
-    who: Caller,
+    who: Reader,
     svc: Svc,
     workspace_id: models.Filter = None,
     cursor: models.Cursor = None,

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
 from toolkiln.api import models
-from toolkiln.api.deps import Caller, Svc
+from toolkiln.api.deps import Svc, Writer
 from toolkiln.domain.auth import Principal
 from toolkiln.domain.errors import ToolkilnError
 from toolkiln.services.container import Services
@@ -34,7 +34,7 @@ class _Gone(Exception):
     response_model=models.One[models.Draft],
     responses={200: {"content": {STREAM: {}}, "description": "The draft, or its progress."}},
 )
-def generate(body: models.GenerateIn, request: Request, who: Caller, svc: Svc) -> Any:
+def generate(body: models.GenerateIn, request: Request, who: Writer, svc: Svc) -> Any:
     """With ``Accept: text/event-stream``: events attempt, validated, example, problems, then
     draft or error."""
     wanted = GenerateRequest(body.workspace_id, body.description, body.language, body.name)

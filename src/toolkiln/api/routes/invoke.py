@@ -12,7 +12,7 @@ from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from toolkiln.api import models, serialize
-from toolkiln.api.deps import Caller, Svc, bearer_of
+from toolkiln.api.deps import Invoker, Reader, Svc, Writer, bearer_of
 from toolkiln.api.middleware import content_kind, is_json, replay_body
 from toolkiln.api.offload import Offload
 from toolkiln.api.routes.tools import draft_of
@@ -24,13 +24,13 @@ router = APIRouter(prefix="/v1", tags=["invoking"])
 
 
 @router.get("/custom-tools/runtimes", response_model=models.One[models.Runtimes])
-def runtimes(who: Caller, svc: Svc) -> dict[str, Any]:
+def runtimes(who: Reader, svc: Svc) -> dict[str, Any]:
     who.require("read")
     return {"data": svc.system.runtimes()}
 
 
 @router.post("/custom-tools/test", response_model=models.One[models.Result], name="test_tool")
-def test_tool(body: models.ToolTest, who: Caller, svc: Svc) -> dict[str, Any]:
+def test_tool(body: models.ToolTest, who: Writer, svc: Svc) -> dict[str, Any]:
     result = svc.invoke.test(who, body.workspace_id, draft_of(body), body.input)
     return {"data": result.as_dict()}
 
@@ -43,7 +43,7 @@ def test_tool(body: models.ToolTest, who: Caller, svc: Svc) -> dict[str, Any]:
     openapi_extra={"security": [{"bearer": []}]},
 )
 async def invoke_tool(
-    tool_id: str, body: models.InvokeIn, request: Request, who: Caller
+    tool_id: str, body: models.InvokeIn, request: Request, who: Invoker
 ) -> JSONResponse:
     # Only what FastInvoke (below) does not take reaches this route: a body that is not
     # valid, or is not declared as JSON. The Caller dependency answers a missing or bad
@@ -140,14 +140,14 @@ class _Asgi:
 
 
 @router.post("/run-code", response_model=models.One[models.Result])
-def run_code(body: models.RunCodeIn, who: Caller, svc: Svc) -> dict[str, Any]:
+def run_code(body: models.RunCodeIn, who: Invoker, svc: Svc) -> dict[str, Any]:
     context = CallContext(tool_call_id=body.tool_call_id)
     return {"data": svc.invoke.run_code(who, body.language, body.code, body.input, context)}
 
 
 @router.get("/tool-calls/{tool_call_id}", response_model=models.One[models.StoredResult])
 def get_tool_call(
-    tool_call_id: str, who: Caller, svc: Svc, workspace_id: models.Filter = None
+    tool_call_id: str, who: Reader, svc: Svc, workspace_id: models.Filter = None
 ) -> dict[str, Any]:
     """A call of the token's workspace (ids are unique per workspace; an admin token may
     name the workspace, else gets the newest call with that id)."""

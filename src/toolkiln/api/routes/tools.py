@@ -8,7 +8,7 @@ from fastapi import APIRouter, Path, Query, Response
 from pydantic import BaseModel
 
 from toolkiln.api import models, serialize
-from toolkiln.api.deps import Caller, Svc
+from toolkiln.api.deps import Reader, Svc, Writer
 from toolkiln.domain import limits
 from toolkiln.domain.tools import ToolDraft
 
@@ -35,7 +35,7 @@ def draft_of(body: models.ToolCreate) -> ToolDraft:
 
 
 @router.post("", status_code=201, response_model=models.One[models.Tool], name="create_tool")
-def create_tool(body: models.ToolCreate, who: Caller, svc: Svc) -> dict[str, Any]:
+def create_tool(body: models.ToolCreate, who: Writer, svc: Svc) -> dict[str, Any]:
     tool = svc.tools.create(who, body.workspace_id, draft_of(body), body.allow_failing_tests)
     return {"data": serialize.tool(tool)}
 
@@ -46,7 +46,7 @@ class Validation(BaseModel):
 
 
 @router.post("/validate", response_model=models.One[Validation], name="validate_tool")
-def validate_tool(body: models.ToolCreate, who: Caller, svc: Svc) -> dict[str, Any]:
+def validate_tool(body: models.ToolCreate, who: Writer, svc: Svc) -> dict[str, Any]:
     """Check a definition as a create would, storing nothing: 200, or 422 with every problem
     (the view calls this as the user types)."""
     who.require("write")
@@ -56,7 +56,7 @@ def validate_tool(body: models.ToolCreate, who: Caller, svc: Svc) -> dict[str, A
 
 @router.get("", response_model=models.Many[models.Tool])
 def list_tools(
-    who: Caller,
+    who: Reader,
     svc: Svc,
     workspace_id: models.Filter = None,
     cursor: models.Cursor = None,
@@ -67,12 +67,12 @@ def list_tools(
 
 
 @router.get("/{tool_id}", response_model=models.One[models.Tool])
-def get_tool(tool_id: str, who: Caller, svc: Svc) -> dict[str, Any]:
+def get_tool(tool_id: str, who: Reader, svc: Svc) -> dict[str, Any]:
     return {"data": serialize.tool(svc.tools.get(who, tool_id))}
 
 
 @router.patch("/{tool_id}", response_model=models.One[models.Tool], name="update_tool")
-def update_tool(tool_id: str, body: models.ToolPatch, who: Caller, svc: Svc) -> dict[str, Any]:
+def update_tool(tool_id: str, body: models.ToolPatch, who: Writer, svc: Svc) -> dict[str, Any]:
     change = body.model_dump(exclude_unset=True)
     allow = bool(change.pop("allow_failing_tests", False))
     return {"data": serialize.tool(svc.tools.update(who, tool_id, change, allow))}
@@ -81,7 +81,7 @@ def update_tool(tool_id: str, body: models.ToolPatch, who: Caller, svc: Svc) -> 
 @router.post("/{tool_id}/run-tests", response_model=models.One[models.TestRun])
 def run_tests(
     tool_id: str,
-    who: Caller,
+    who: Writer,
     svc: Svc,
     version: Annotated[int | None, Query(ge=1, le=limits.MAX_VERSION)] = None,
 ) -> dict[str, Any]:
@@ -90,30 +90,30 @@ def run_tests(
 
 
 @router.delete("/{tool_id}", status_code=204)
-def delete_tool(tool_id: str, who: Caller, svc: Svc) -> Response:
+def delete_tool(tool_id: str, who: Writer, svc: Svc) -> Response:
     svc.tools.delete(who, tool_id)
     return Response(status_code=204)
 
 
 @router.post("/{tool_id}/enable", response_model=models.One[models.Tool])
-def enable_tool(tool_id: str, who: Caller, svc: Svc) -> dict[str, Any]:
+def enable_tool(tool_id: str, who: Writer, svc: Svc) -> dict[str, Any]:
     return {"data": serialize.tool(svc.tools.enable(who, tool_id))}
 
 
 @router.post("/{tool_id}/disable", response_model=models.One[models.Tool])
 def disable_tool(
-    tool_id: str, who: Caller, svc: Svc, body: models.DisableIn | None = None
+    tool_id: str, who: Writer, svc: Svc, body: models.DisableIn | None = None
 ) -> dict[str, Any]:
     reason = body.reason if body else None
     return {"data": serialize.tool(svc.tools.disable(who, tool_id, reason))}
 
 
 @router.get("/{tool_id}/versions", response_model=models.Many[models.ToolVersion])
-def list_versions(tool_id: str, who: Caller, svc: Svc) -> dict[str, Any]:
+def list_versions(tool_id: str, who: Reader, svc: Svc) -> dict[str, Any]:
     items = svc.tools.versions(who, tool_id)
     return {"data": [serialize.tool_version(v) for v in items], "next_cursor": None}
 
 
 @router.get("/{tool_id}/versions/{number}", response_model=models.One[models.ToolVersion])
-def get_version(tool_id: str, number: VersionNumber, who: Caller, svc: Svc) -> dict[str, Any]:
+def get_version(tool_id: str, number: VersionNumber, who: Reader, svc: Svc) -> dict[str, Any]:
     return {"data": serialize.tool_version(svc.tools.version(who, tool_id, number))}
