@@ -15,6 +15,7 @@ a recursive schema whose work doubles at each level of the value (cut off by a s
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 import pytest
@@ -344,6 +345,73 @@ def test_a_dialect_below_the_root_or_a_ref_to_a_non_schema_is_refused(
     r = target.client.post("/v1/custom-tools", json=_draft(target, schema), headers=target.headers)
     assert r.status_code == 422, r.text
     assert r.json()["error"]["details"][0]["field"] == field, r.text
+
+
+@pytest.mark.parametrize(
+    ("schema", "field"),
+    [
+        (
+            {"type": "object", "properties": {"a": {"$ref": "#/$defs/nope"}}},
+            "input_schema.properties.a.$ref",
+        ),
+        (
+            {
+                "type": "object",
+                "properties": {"a": {"$ref": "#/$defs/b"}},
+                "$defs": {"b": {"items": {"$ref": "#nowhere"}}},
+            },
+            "input_schema.$defs.b.items.$ref",
+        ),
+        (
+            {
+                "type": "object",
+                "properties": {"a": {"$ref": "https://example.com/s#/$defs/gone"}},
+                "$defs": {"s": {"$id": "https://example.com/s", "type": "string"}},
+            },
+            "input_schema.properties.a.$ref",
+        ),
+    ],
+)
+def test_a_ref_to_a_place_the_schema_does_not_have_is_refused_on_save(
+    target: Target, schema: dict[str, Any], field: str
+) -> None:
+    """A ``$ref`` to a pointer or an anchor the schema lacks was saved; every value reaching
+    it was then refused ("... which is never fetched", though nothing was to be fetched), and
+    the tool lists offered model providers a schema with a dangling reference, which they
+    refuse. A reference outside the schema is still saved (never fetched, per input)."""
+    c, h = target.client, target.headers
+    name = f"dangling-{secrets.token_hex(3)}"
+    r = c.post("/v1/custom-tools", json=_draft(target, schema, name=name), headers=h)
+    assert r.status_code == 422, r.text
+    problem = r.json()["error"]["details"][0]
+    assert problem["field"] == field, problem
+    assert "does not have" in problem["message"], problem
+    tested = c.post("/v1/custom-tools/test", json=_draft(target, schema, input={}), headers=h)
+    assert tested.status_code == 422, tested.text
+    outside = {"type": "object", "properties": {"a": {"$ref": "https://example.com/other"}}}
+    saved = c.post("/v1/custom-tools", json=_draft(target, outside, name=f"{name}-o"), headers=h)
+    assert saved.status_code == 201, saved.text
+    c.delete(f"/v1/custom-tools/{saved.json()['data']['id']}", headers=h)
+
+
+def test_a_dangling_ref_stored_before_still_takes_values_that_do_not_reach_it(
+    target: Target,
+) -> None:
+    t = tenant(target.runtime, target.client, "schema-dangling")
+    tool_id = t.tool("plain", CODE, language="python")
+    schema = {"type": "object", "properties": {"a": {"$ref": "#/$defs/nope"}}}
+    with target.runtime.database.engine.begin() as conn:  # as an older version saved it
+        conn.execute(
+            sa.update(tables.tools).where(tables.tools.c.id == tool_id).values(input_schema=schema)
+        )
+        conn.execute(
+            sa.update(tables.tool_versions)
+            .where(tables.tool_versions.c.tool_id == tool_id)
+            .values(input_schema=schema)
+        )
+    assert t.invoke(tool_id, {})["status"] == "ok"
+    refused = t.invoke(tool_id, {"a": 1})
+    assert refused["error"]["code"] == "invalid_input", refused
 
 
 def test_keywords_whose_own_work_grows_with_the_value_are_charged(target: Target) -> None:

@@ -16,7 +16,7 @@ import jsonschema_rs
 from jsonschema import Draft202012Validator, FormatChecker, _keywords, _utils, validators
 from jsonschema.exceptions import SchemaError
 from referencing import Registry, Resource
-from referencing.exceptions import Unresolvable, Unretrievable
+from referencing.exceptions import NoSuchAnchor, PointerToNowhere, Unresolvable, Unretrievable
 from referencing.jsonschema import DRAFT202012
 
 from toolkiln.domain.limits import MAX_SCHEMA_BYTES, MAX_SCHEMA_DEPTH
@@ -263,6 +263,7 @@ FANOUT_MESSAGE = (
 )
 
 NOT_SCHEMA_MESSAGE = "refers to a value that is not a schema (an object or a boolean)"
+DANGLING_MESSAGE = "refers to a place the schema does not have (no such pointer or anchor)"
 
 _Edge = tuple[Any, list[str]]
 
@@ -317,13 +318,19 @@ def _written(schema: dict[str, Any]) -> dict[int, list[str]]:
     return paths
 
 
+_NOWHERE = object()  # a reference into the schema (or one of its $id resources) that has
+# no such place: a JSON pointer or an anchor it lacks
+
+
 def _lookup(base: Any, ref: object) -> Any:
-    """Where ``ref`` leads, or None: not a reference, not in the schema (never fetched), or
-    no such place."""
+    """Where ``ref`` leads, or None: not a reference, or not in the schema (never fetched);
+    ``_NOWHERE`` for a place in the schema that does not exist."""
     if not isinstance(ref, str):
         return None
     try:
         return base.lookup(ref)
+    except (PointerToNowhere, NoSuchAnchor):
+        return _NOWHERE
     except Exception:
         return None
 
@@ -340,6 +347,7 @@ class _Graph:
         self.inner: dict[int, list[tuple[int, list[str]]]] = {}  # (child, the edge's path)
         self.into: dict[int, list[int]] = {}
         self.not_schema: list[list[str]] = []  # a $ref to a value that is no schema
+        self.dangling: list[list[str]] = []  # a $ref to a place the schema does not have
         todo: list[tuple[dict[str, Any], list[str], Any]] = [(schema, [], resolver)]
         for node, path, base in todo:  # breadth first, in the order written
             if id(node) in self.nodes:
@@ -354,7 +362,9 @@ class _Graph:
             self.into[id(node)] = [id(c) for c, _ in into]
             self.inner[id(node)] = [(id(c), where) for c, where in inner]
             target = _lookup(base, node.get("$ref"))
-            if target is not None and not isinstance(target.contents, dict | bool):
+            if target is _NOWHERE:
+                self.dangling.append([*path, "$ref"])
+            elif target is not None and not isinstance(target.contents, dict | bool):
                 self.not_schema.append([*path, "$ref"])
             elif target is not None and isinstance(target.contents, dict):
                 # A pointer may name a place no keyword applies: its base is where it is.
@@ -436,7 +446,13 @@ def runaway(schema: dict[str, Any]) -> tuple[str, str] | None:
     fetched and closes no loop. Raises ValueError for an ``$id`` that is no URI."""
     if '"$ref"' not in json.dumps(schema):  # neither without one (most schemas)
         return None
-    return _runaway(_Graph(schema, registry_of(schema)[0]))
+    graph = _Graph(schema, registry_of(schema)[0])
+    found = _runaway(graph)
+    if found is None and graph.dangling:
+        # Refused on save only: a schema stored before still takes the values that never
+        # reach the reference (and refuses those that do, as it always did).
+        return ".".join(graph.dangling[0]), DANGLING_MESSAGE
+    return found
 
 
 def _runaway(graph: _Graph) -> tuple[str, str] | None:
