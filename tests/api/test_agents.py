@@ -337,3 +337,33 @@ def test_an_agents_default_list_follows_the_providers_published_rules(
             if entry["function"]["strict"]:
                 check_strict(entry["function"]["parameters"])
         assert strict.status_code == 401
+
+
+def test_enabling_one_tool_for_an_agent_at_once_is_never_refused(
+    client: TestClient, space: Space, rw
+) -> None:
+    """PUT is idempotent: requests enabling the same tool for the same agent at the same
+    moment all succeed, the last one's version standing (on PostgreSQL two of them found no
+    row, both inserted, and the later answered 409 "conflict")."""
+    import threading
+
+    a = agent(client, space, rw, name="enabled-at-once")
+    t = tool(client, space, rw, name="enabled-at-once")
+    url = f"/v1/agents/{a['id']}/custom-tools/{t['id']}"
+    answers: list[int] = []
+    start = threading.Barrier(8)
+
+    def put(k: int) -> None:
+        start.wait()
+        for j in range(5):
+            r = client.put(url, json={"version": 1} if (k + j) % 2 else None, headers=rw)
+            answers.append(r.status_code)
+
+    threads = [threading.Thread(target=put, args=(k,)) for k in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert answers == [200] * 40, answers
+    listed = client.get(f"/v1/agents/{a['id']}/custom-tools", headers=rw).json()["data"]
+    assert [e["tool_id"] for e in listed] == [t["id"]]

@@ -517,13 +517,21 @@ class SqlAgents:
         self._c.execute(agents.delete().where(agents.c.id == agent_id))
 
     def enable(self, agent_id: str, tool_id: str, version: int | None) -> None:
+        """Insert or replace, idempotent under concurrency: two requests that both find no
+        row (PostgreSQL, READ COMMITTED) both insert, and the later one, refused by the key,
+        updates the row the earlier one committed instead of failing."""
         where = (agent_tools.c.agent_id == agent_id) & (agent_tools.c.tool_id == tool_id)
-        self._c.execute(agent_tools.delete().where(where))
-        self._c.execute(
-            agent_tools.insert().values(
-                agent_id=agent_id, tool_id=tool_id, version=version, created_at=utcnow()
-            )
-        )
+        values = {"version": version, "created_at": utcnow()}
+        if self._c.execute(agent_tools.update().where(where).values(**values)).rowcount:
+            return
+        try:
+            with self._c.begin_nested():
+                self._c.execute(
+                    agent_tools.insert().values(agent_id=agent_id, tool_id=tool_id, **values)
+                )
+        except sa.exc.IntegrityError:
+            if not self._c.execute(agent_tools.update().where(where).values(**values)).rowcount:
+                raise  # not the key (a tool deleted meanwhile): the transaction's Conflict
 
     def disable(self, agent_id: str, tool_id: str) -> bool:
         where = (agent_tools.c.agent_id == agent_id) & (agent_tools.c.tool_id == tool_id)
