@@ -92,6 +92,32 @@ def test_workspaces_and_policy(client: TestClient, space: Space) -> None:
     assert bad.status_code == 422 and bad.json()["error"]["details"][0]["field"] == "builtins.0"
 
 
+def test_workspaces_created_with_one_name_at_once_get_name_taken(
+    client: TestClient, space: Space
+) -> None:
+    """One is created, every other is 409 ``name_taken``, as one after another (on PostgreSQL
+    those that passed the name check together met the unique key: 409 ``conflict``)."""
+    import threading
+
+    admin = space.auth("admin")
+
+    def create(name: str, start: threading.Barrier, answers: list) -> None:
+        start.wait()
+        r = client.post("/v1/workspaces", json={"name": name}, headers=admin)
+        answers.append((r.status_code, (r.json().get("error") or {}).get("code")))
+
+    for round_ in range(6):
+        answers: list[tuple[int, str | None]] = []
+        start = threading.Barrier(12)
+        name = f"{space.name}-race-{round_}"
+        threads = [threading.Thread(target=create, args=(name, start, answers)) for _ in range(12)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert sorted(answers, key=str) == [(201, None)] + [(409, "name_taken")] * 11, answers
+
+
 def _count(client: TestClient, space: Space, rw) -> int:
     return len(
         client.get("/v1/custom-tools", params={"workspace_id": space.id}, headers=rw).json()["data"]

@@ -60,14 +60,17 @@ class SqlWorkspaces:
         return Workspace(r["id"], r["name"], _utc(r["created_at"]) or utcnow())
 
     def add(self, workspace: Workspace, policy: Policy) -> None:
-        self._c.execute(
-            workspaces.insert().values(
-                id=workspace.id,
-                name=workspace.name,
-                policy=policy.as_dict(),
-                created_at=workspace.created_at,
-            )
-        )
+        values = {
+            "id": workspace.id,
+            "name": workspace.name,
+            "policy": policy.as_dict(),
+            "created_at": workspace.created_at,
+        }
+        try:  # requests that passed the name check together meet the key (PostgreSQL)
+            with self._c.begin_nested():
+                self._c.execute(workspaces.insert().values(**values))
+        except sa.exc.IntegrityError as exc:
+            raise Conflict("A workspace with that name exists.", code="name_taken") from exc
 
     def get(self, workspace_id: str) -> Workspace | None:
         r = self._c.execute(workspaces.select().where(workspaces.c.id == workspace_id)).mappings()
