@@ -49,7 +49,7 @@ def names(client: TestClient, a: dict, rw, fmt: str = "anthropic") -> list[str]:
     return [d["function"]["name"] if fmt == "openai" else d["name"] for d in data]
 
 
-def call(client: TestClient, a: dict, rw, name: str, arguments: dict) -> dict:
+def call(client: TestClient, a: dict, rw, name: str, arguments: dict | str) -> dict:
     r = client.post(
         f"/v1/agents/{a['id']}/tool-calls", json={"name": name, "arguments": arguments}, headers=rw
     )
@@ -367,3 +367,28 @@ def test_enabling_one_tool_for_an_agent_at_once_is_never_refused(
     assert answers == [200] * 40, answers
     listed = client.get(f"/v1/agents/{a['id']}/custom-tools", headers=rw).json()["data"]
     assert [e["tool_id"] for e in listed] == [t["id"]]
+
+
+def test_arguments_as_openais_json_text_are_the_object_they_spell(
+    client: TestClient, space: Space, rw
+) -> None:
+    """A loop can pass ``tool_calls[].function.arguments`` through as OpenAI gives it: the
+    JSON text of an object. Text that is not one is judged by the schema as it is."""
+    a = agent(client, space, rw, name="openai-loop")
+    calc = call(client, a, rw, "calculate", '{"expression": "6*7"}')
+    assert calc["status"] == "ok" and calc["raw_data"] == {"result": 42}, calc
+    t = tool(
+        client,
+        space,
+        rw,
+        name="echo-args",
+        parameters=None,
+        input_schema={"type": "object", "properties": {"n": {"type": "integer"}}},
+        code="def main(**p):\n    return {'message': 'got', 'rawData': p}",
+    )
+    client.put(f"/v1/agents/{a['id']}/custom-tools/{t['id']}", headers=rw)
+    res = call(client, a, rw, f"custom_{t['id']}", '{"n": 7}')
+    assert res["status"] == "ok" and res["raw_data"] == {"n": 7}, res
+    for text in ("[1, 2]", "not json", '"{}"', "[" * 100_000):
+        bad = call(client, a, rw, f"custom_{t['id']}", text)
+        assert bad["status"] == "error" and bad["error"]["code"] == "invalid_input", (text, bad)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from fastapi import APIRouter, Response
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from toolkiln.api import models
 from toolkiln.api.deps import Invoker, Reader, Svc, Writer
@@ -31,6 +32,21 @@ class ToolCallIn(models.Body):
     tool_call_id: str | None = models.client_id()
     conversation_id: str | None = models.client_id()
     power_user_id: str | None = models.client_id()
+
+    @field_validator("arguments", mode="before")
+    @classmethod
+    def _json_text(cls, value: Any) -> Any:
+        """OpenAI hands a tool call's arguments over as JSON text
+        (``tool_calls[].function.arguments``): text that is the JSON of an object is taken
+        as that object. Any other value, and text that is not, go on as given, to be judged
+        by the tool's schema like any input (``invalid_input`` naming where)."""
+        if not isinstance(value, str):
+            return value
+        try:
+            parsed = json.loads(value)
+        except (ValueError, RecursionError):
+            return value
+        return parsed if isinstance(parsed, dict) else value
 
 
 def _agent(a: Agent) -> dict[str, Any]:
