@@ -320,3 +320,22 @@ def test_missing_scope_is_403_before_the_body_or_query_is_judged(
             if r.status_code != 403 or r.json()["error"]["details"] != {"required_scope": scope}:
                 wrong.append((method, path, held, r.status_code))
     assert not wrong, wrong
+
+
+def test_enable_and_disable_judge_a_body_that_is_sent(client: TestClient, space: Space, rw) -> None:
+    """Both take an optional body: none, or an empty object, is fine; malformed JSON is 400
+    and an unknown field 422, for enable as for disable (enable ignored its body)."""
+    tool_id = client.post("/v1/custom-tools", json=seed_tool(space), headers=rw).json()["data"][
+        "id"
+    ]
+    json_headers = {**rw, "Content-Type": "application/json"}
+    for action in ("disable", "enable"):
+        url = f"/v1/custom-tools/{tool_id}/{action}"
+        broken = client.post(url, content=b"{not json", headers=json_headers)
+        assert broken.status_code == 400, (action, broken.text)
+        assert broken.json()["error"]["code"] == "malformed_json"
+        unknown = client.post(url, json={"surprise": 1}, headers=rw)
+        assert unknown.status_code == 422, (action, unknown.text)
+        assert "surprise" in unknown.text
+        assert client.post(url, json={}, headers=rw).status_code == 200, action
+        assert client.post(url, headers=rw).status_code == 200, action

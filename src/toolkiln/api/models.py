@@ -184,6 +184,10 @@ class ToolPatch(Body):
     allow_failing_tests: bool = _allow_failing()
 
 
+class EnableIn(Body):
+    """Enabling takes no fields; a body, if any, must be an empty object."""
+
+
 class DisableIn(Body):
     reason: str | None = Field(None, max_length=500)
 

@@ -96,7 +96,12 @@ def delete_tool(tool_id: str, who: Writer, svc: Svc) -> Response:
 
 
 @router.post("/{tool_id}/enable", response_model=models.One[models.Tool])
-def enable_tool(tool_id: str, who: Writer, svc: Svc) -> dict[str, Any]:
+def enable_tool(
+    tool_id: str, who: Writer, svc: Svc, body: models.EnableIn | None = None
+) -> dict[str, Any]:
+    # The body is optional and has no fields; one that is sent is judged like any other
+    # (malformed JSON 400, an unknown field 422), as for disable.
+    del body
     return {"data": serialize.tool(svc.tools.enable(who, tool_id))}
 
 
