@@ -32,6 +32,9 @@ def test_parameters_round_trip_through_json_schema(params: dict) -> None:
 def test_schemas_beyond_the_parameters_form_have_no_parameters_view() -> None:
     assert schema_to_parameters({"type": "object", "oneOf": [{}]}) is None
     assert schema_to_parameters({"type": "object", "properties": {}}) == {}
+    # Required without a property: {} would hide that a value must be given.
+    needs_b = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["b"]}
+    assert schema_to_parameters(needs_b) is None
 
 
 def test_python_entrypoints() -> None:

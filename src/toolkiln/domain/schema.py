@@ -67,6 +67,8 @@ def schema_to_parameters(schema: dict[str, Any]) -> dict[str, Any] | None:
     if schema.get("type") != "object" or not isinstance(properties, dict):
         return None
     required = set(schema.get("required", []))
+    if not required <= set(properties):
+        return None  # a required name with no property: the form cannot say it is needed
     out: dict[str, Any] = {}
     for name, spec in properties.items():
         if not isinstance(spec, dict):
