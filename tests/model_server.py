@@ -9,7 +9,9 @@ the script and records the request (headers and JSON body). Steps:
 - ``fail(status)``: an HTTP error with an OpenAI-style error body;
 - ``hang()``: accept the request and answer nothing until ``release()`` (or ``close()``);
 - ``trickle()``: send the status and headers, then one byte of the body every half second
-  until released: each read is quick, the answer never completes.
+  until released: each read is quick, the answer never completes;
+- ``raw(body)``: HTTP 200 with this JSON body as it is (a dict, list or string), to send
+  what no chat completion looks like.
 
 When the script runs out the server answers 500 ``script exhausted``, so a test sees any
 request it did not plan for. Usage::
@@ -40,6 +42,7 @@ class Step:
     content: str | None = None
     status: int = 200
     extra_calls: tuple[str, ...] = ()
+    body: Any = None
 
 
 def propose(arguments: dict[str, Any] | str, *also: str, as_object: bool = False) -> Step:
@@ -63,6 +66,10 @@ def hang() -> Step:
 
 def trickle() -> Step:
     return Step("trickle")
+
+
+def raw(body: Any) -> Step:
+    return Step("raw", body=body)
 
 
 @dataclass
@@ -139,7 +146,7 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: Any) -> None:
         return None
 
-    def _send(self, status: int, body: dict[str, Any]) -> None:
+    def _send(self, status: int, body: Any) -> None:
         data = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -181,6 +188,8 @@ class _Handler(BaseHTTPRequestHandler):
             released.wait(HANG_LIMIT_S)
         elif step.kind == "trickle":
             self._trickle(released, hanging)
+        elif step.kind == "raw":
+            self._send(200, step.body)
         elif step.kind == "fail":
             self._send(
                 step.status, {"error": {"message": "scripted failure", "type": "server_error"}}

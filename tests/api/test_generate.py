@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tests.conftest import LLM_KEY, Space
-from tests.model_server import ScriptedModel, fail, hang, propose, text
+from tests.model_server import ScriptedModel, fail, hang, propose, raw, text
 from toolkiln.api.app import create_app
 from toolkiln.app import build
 from toolkiln.config import Settings
@@ -288,6 +288,68 @@ def test_a_failing_endpoint_is_llm_unavailable(
     assert err["code"] == "llm_unavailable" and err["details"]["status"] == status
     assert "scripted failure" not in r.text  # the endpoint's words are not passed on
     assert len(model_server.requests) == 1  # no retry behind the user's back
+
+
+def _completion_with(message: object = None, usage: object = None, choices: object = None) -> dict:
+    call = {"id": "c1", "type": "function", "function": {"name": "propose_tool", "arguments": "{}"}}
+    if message is None:
+        message = {"role": "assistant", "content": None, "tool_calls": [call]}
+    body: dict = {"id": "x", "object": "chat.completion", "model": "m"}
+    body["choices"] = [{"index": 0, "message": message}] if choices is None else choices
+    if usage is not None:
+        body["usage"] = usage
+    return body
+
+
+NO_COMPLETION = {
+    "choices-object": _completion_with(choices={"0": {"message": {}}}),
+    "choices-text": _completion_with(choices="none"),
+    "choice-list": _completion_with(choices=[[1]]),
+}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+@pytest.mark.parametrize("body", NO_COMPLETION.values(), ids=NO_COMPLETION.keys())
+def test_an_answer_that_is_no_chat_completion_is_llm_unavailable_never_a_500(
+    client: TestClient, space: Space, rw, model_server: ScriptedModel, body: dict, stream: bool
+) -> None:
+    model_server.script(raw(body), propose(cagr()))
+    if not stream:
+        r = generate(client, space, rw)
+        assert r.status_code == 502, r.text
+        err = r.json()["error"]
+    else:
+        headers = {**rw, "Accept": "text/event-stream"}
+        payload = {"workspace_id": space.id, "description": DESCRIPTION}
+        with client.stream("POST", "/v1/custom-tools/generate", json=payload, headers=headers) as r:
+            events = events_of(r)
+        assert [k for k, _ in events] == ["attempt", "error"]
+        err = events[-1][1]
+    assert err["code"] == "llm_unavailable", err
+    assert err["details"]["reason"] == "bad_response"
+    assert len(model_server.requests) == 1
+
+
+GARBLED_USAGE = {
+    "text": {"prompt_tokens": "lots", "completion_tokens": 7},
+    "lists": {"prompt_tokens": [1], "completion_tokens": {}},
+    # 1e308 * 10 is inf: json.dumps writes Infinity, which the SDK reads back as a float.
+    "infinite": {"prompt_tokens": 1e308 * 10, "completion_tokens": -5},
+}
+
+
+@pytest.mark.parametrize("usage", GARBLED_USAGE.values(), ids=GARBLED_USAGE.keys())
+def test_a_garbled_usage_counts_nothing_and_the_proposal_is_still_read(
+    client: TestClient, space: Space, rw, model_server: ScriptedModel, usage: dict
+) -> None:
+    model_server.script(raw(_completion_with(usage=usage)), propose(cagr()))
+    r = generate(client, space, rw)
+    assert r.status_code == 200, r.text
+    draft = r.json()["data"]
+    assert draft["attempts"] == 2  # the first proposal ({}) was read and answered
+    good = 7 if usage["completion_tokens"] == 7 else 0
+    assert draft["usage"]["prompt_tokens"] == 1002  # only the scripted second answer's
+    assert draft["usage"]["completion_tokens"] == 200 + good
 
 
 def test_an_endpoint_that_hangs_is_llm_unavailable_after_its_timeout(

@@ -108,7 +108,18 @@ def _text(arguments: Any) -> str:
     return "" if arguments is None else json.dumps(arguments)
 
 
+def _tokens(value: Any) -> int:
+    """A usage count as the endpoint gave it; anything that is not a count is none."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0
+    if value != value or value in (float("inf"), float("-inf")) or value < 0:
+        return 0
+    return int(value)
+
+
 def _reply(response: Any) -> ChatReply:
+    # The SDK does not validate the body: any shape may come back, so any failure to read
+    # it is a bad response, never an exception that escapes as a 500.
     try:
         message = response.choices[0].message
         calls = [
@@ -117,7 +128,7 @@ def _reply(response: Any) -> ChatReply:
             if getattr(c, "type", "function") == "function"
         ]
         content = message.content if isinstance(message.content, str) else None
-    except (AttributeError, IndexError, TypeError) as exc:
+    except Exception as exc:
         raise LlmUnavailable(
             "The model endpoint's answer has no message.", {"reason": "bad_response"}
         ) from exc
@@ -132,6 +143,6 @@ def _reply(response: Any) -> ChatReply:
         message=echo,
         tool_calls=calls,
         content=content,
-        prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
-        completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+        prompt_tokens=_tokens(getattr(usage, "prompt_tokens", 0)),
+        completion_tokens=_tokens(getattr(usage, "completion_tokens", 0)),
     )
