@@ -217,6 +217,49 @@ def test_an_example_without_expected_runs_and_its_result_becomes_the_test_case(
     assert case["expect"] == {"status": "ok", "raw_data": {"cagr": 0.1, "formatted": "10.00%"}}
 
 
+DEEP_RESULT = (
+    "def main(**p):\n"
+    "    v = 1\n"
+    "    for _ in range(45):\n"
+    "        v = {'a': v}\n"
+    "    return {'message': 'deep', 'rawData': v}\n"
+)
+BIG_RESULT = "def main(**p):\n    return {'message': 'big', 'rawData': {'s': 'x' * 300000}}\n"
+
+
+def save_draft(client: TestClient, space: Space, rw, draft: dict):
+    keys = ("name", "description", "language", "parameters", "code", "test_cases")
+    body = {"workspace_id": space.id, **{k: draft[k] for k in keys}}
+    body["execution_message_description"] = draft["execution_message_description"]
+    return client.post("/v1/custom-tools", json=body, headers=rw)
+
+
+@pytest.mark.parametrize(
+    ("code", "examples", "field"),
+    [
+        # The run's raw_data nests 45 deep: a test case expecting it is too deep to store.
+        (DEEP_RESULT, [{"input": {}}], "examples.0"),
+        # 4 results of 300 KB: as test cases, a create body over the 1 MiB limit.
+        (BIG_RESULT, [{"input": {"n": i}} for i in range(4)], "examples"),
+    ],
+    ids=["too-deep", "too-big"],
+)
+def test_a_draft_whose_test_cases_a_create_would_refuse_goes_back_to_the_model(
+    client: TestClient, space: Space, rw, model_server: ScriptedModel, code, examples, field
+) -> None:
+    unsaveable = cagr(code=code, parameters={}, examples=examples)
+    model_server.script(propose(unsaveable), propose(cagr()))
+    r = generate(client, space, rw)
+    assert r.status_code == 200, r.text
+    draft = r.json()["data"]
+    assert draft["attempts"] == 2
+    answer = answer_to_first_call(model_server, 1)
+    assert [p["field"] for p in answer["problems"]] == [field], answer
+    # What is handed over saves as it is.
+    saved = save_draft(client, space, rw, draft)
+    assert saved.status_code == 201, saved.text
+
+
 def test_an_example_that_fails_sends_back_the_error_and_its_line(
     client: TestClient, space: Space, rw, model_server: ScriptedModel
 ) -> None:

@@ -8,9 +8,10 @@ the configured number of proposals. Nothing is saved but one audit row.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from toolkiln.domain.auth import Principal
@@ -40,11 +41,12 @@ from toolkiln.domain.generation import (
     tool_choice,
     user_prompt,
 )
-from toolkiln.domain.limits import MIN_TIMEOUT_MS
+from toolkiln.domain.limits import MAX_BODY_BYTES, MIN_TIMEOUT_MS
 from toolkiln.domain.problems import Problem, problem, text_problems
 from toolkiln.domain.records import AuditRow
 from toolkiln.domain.results import Result
 from toolkiln.domain.schema import schema_to_parameters
+from toolkiln.domain.testcases import check_test_cases
 from toolkiln.domain.tools import ToolDraft, check_name
 from toolkiln.services.ports import ChatModel, UnitOfWorkFactory
 from toolkiln.services.testcases import CASES_BUDGET_S
@@ -246,7 +248,11 @@ class GenerateService:
             results.append(result)
         if problems:
             return None, problems
-        return _draft(proposal, schema, results, run), []
+        draft = _draft(proposal, schema, results, run)
+        problems = _saving_problems(draft, request.workspace_id)
+        if problems:
+            return None, problems
+        return draft, []
 
     def _audit(self, run: _Run, outcome: str) -> None:
         request = run.request
@@ -288,6 +294,26 @@ def _draft(
         "attempts": run.attempts,
         "usage": run.usage.as_dict(),
     }
+
+
+def _saving_problems(draft: dict[str, Any], workspace_id: str) -> list[Problem]:
+    """Why the draft could not be saved as it is handed over: its test cases (the examples
+    with what they gave) must pass a create's checks, and the create body must fit."""
+    found = check_test_cases(draft["test_cases"])[1]
+    for p in found:  # test_cases.<i> is examples.<i> to the model
+        p["field"] = "examples" + p.get("field", "").removeprefix("test_cases")
+    if found:
+        return found
+    body = {"workspace_id": workspace_id, **asdict(tool_draft_of(draft))}
+    size = len(json.dumps(body, ensure_ascii=False).encode())
+    if size > MAX_BODY_BYTES:
+        why = (
+            f"the tool with these examples as its test cases would be a create body of {size} "
+            f"bytes, over the {MAX_BODY_BYTES} a create accepts: give examples whose results "
+            "are smaller"
+        )
+        return [problem("examples", why)]
+    return []
 
 
 def _shown(example: dict[str, Any]) -> dict[str, Any]:
