@@ -10,6 +10,8 @@ the script and records the request (headers and JSON body). Steps:
 - ``hang()``: accept the request and answer nothing until ``release()`` (or ``close()``);
 - ``trickle()``: send the status and headers, then one byte of the body every half second
   until released: each read is quick, the answer never completes;
+- ``held(step)``: hold the request until ``release()``, then answer it as ``step`` would
+  (a model that is slow to answer);
 - ``raw(body)``: HTTP 200 with this JSON body as it is (a dict, list or string), to send
   what no chat completion looks like.
 
@@ -43,6 +45,7 @@ class Step:
     status: int = 200
     extra_calls: tuple[str, ...] = ()
     body: Any = None
+    then: Step | None = None
 
 
 def propose(arguments: dict[str, Any] | str, *also: str, as_object: bool = False) -> Step:
@@ -66,6 +69,10 @@ def hang() -> Step:
 
 def trickle() -> Step:
     return Step("trickle")
+
+
+def held(step: Step) -> Step:
+    return Step("held", then=step)
 
 
 def raw(body: Any) -> Step:
@@ -179,6 +186,10 @@ class _Handler(BaseHTTPRequestHandler):
             n = len(self.state.requests)
             step = self.state.steps.popleft() if self.state.steps else None
             released, hanging = self.state.released, self.state.hanging
+        if step is not None and step.kind == "held":
+            hanging.set()
+            released.wait(HANG_LIMIT_S)
+            step = step.then
         if not self.path.endswith("/chat/completions"):
             self._send(404, {"error": {"message": "not found", "type": "invalid_request_error"}})
         elif step is None:

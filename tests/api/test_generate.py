@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
+import uvicorn
 from fastapi.testclient import TestClient
 
 from tests.conftest import LLM_KEY, Space
-from tests.model_server import ScriptedModel, fail, hang, propose, raw, text
+from tests.model_server import ScriptedModel, fail, hang, held, propose, raw, text
 from toolkiln.api.app import create_app
-from toolkiln.app import build
+from toolkiln.app import Runtime, build
 from toolkiln.config import Settings
 
 CAGR_CODE = {
@@ -491,6 +495,47 @@ def test_a_stream_that_fails_ends_with_an_error_event(
     # Refusals before the model is asked stay plain HTTP errors.
     r = client.post("/v1/custom-tools/generate", json={**body, "description": ""}, headers=headers)
     assert r.status_code == 422
+
+
+def test_a_stream_whose_client_goes_away_stops_at_its_next_step(
+    runtime: Runtime, client: TestClient, space: Space, rw, model_server: ScriptedModel
+) -> None:
+    # A real server (uvicorn on loopback), since what matters is a real connection closing.
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(runtime.services), port=0, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        model_server.script(held(propose(cagr(code=BAD_SYNTAX["python"]))), propose(cagr()))
+        body = {"workspace_id": space.id, "description": DESCRIPTION}
+        headers = {**rw, "Accept": "text/event-stream"}
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
+            with http.stream("POST", "/v1/custom-tools/generate", json=body, headers=headers) as r:
+                assert next(r.iter_lines()) == "event: attempt"
+                assert model_server.wait_hanging(10)
+        # The client is gone while the model thinks; its answer is the last step taken.
+        time.sleep(0.5)
+        model_server.release()
+        deadline = time.monotonic() + 10
+        outcome = None
+        while outcome is None and time.monotonic() < deadline:
+            url = f"/v1/audit?workspace_id={space.id}&event=tool.generated"
+            rows = client.get(url, headers=rw).json()["data"]
+            outcome = rows[0]["data"]["outcome"] if rows else None
+            time.sleep(0.1)
+        assert outcome == "interrupted"
+        time.sleep(0.5)
+        assert len(model_server.requests) == 1  # it did not ask the model again
+    finally:
+        model_server.release()
+        server.should_exit = True
+        thread.join(10)
 
 
 @pytest.mark.parametrize("language", ["python", "javascript"])

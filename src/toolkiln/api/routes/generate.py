@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -52,32 +52,44 @@ def _sse(kind: str, data: Any) -> str:
     return f"event: {kind}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
 
 
-def _events(svc: Services, who: Principal, wanted: GenerateRequest) -> Iterator[str]:
-    """The generation runs in a thread of its own; its events are relayed as they come."""
-    out: queue.Queue[tuple[str, Any] | None] = queue.Queue()
+async def _events(svc: Services, who: Principal, wanted: GenerateRequest) -> AsyncIterator[str]:
+    """The generation runs in a thread of its own; its events are relayed as they come.
+
+    The wait for the next event is an asyncio wait, so when the client goes away and the
+    server cancels the response, ``gone`` is set at once and the generation stops at its
+    next step (a wait in a worker thread could not be cancelled: the generation went on
+    to ask the model again, to the end)."""
+    loop = asyncio.get_running_loop()
+    out: asyncio.Queue[tuple[str, Any] | None] = asyncio.Queue()
     gone = threading.Event()
+
+    def put(item: tuple[str, Any] | None) -> None:
+        try:
+            loop.call_soon_threadsafe(out.put_nowait, item)
+        except RuntimeError:  # the loop is closed: nobody listens any more
+            gone.set()
 
     def emit(kind: str, data: dict[str, Any]) -> None:
         if gone.is_set():
             raise _Gone
-        out.put((kind, data))
+        put((kind, data))
 
     def work() -> None:
         try:
-            out.put(("draft", svc.generate.generate(who, wanted, emit)))
+            put(("draft", svc.generate.generate(who, wanted, emit)))
         except ToolkilnError as exc:
-            out.put(("error", {"code": exc.code, "message": exc.message, "details": exc.details}))
+            put(("error", {"code": exc.code, "message": exc.message, "details": exc.details}))
         except _Gone:
             pass
         except Exception:
             log.exception("generation failed")
-            out.put(("error", {"code": "internal_error", "message": "The service failed."}))
+            put(("error", {"code": "internal_error", "message": "The service failed."}))
         finally:
-            out.put(None)
+            put(None)
 
     threading.Thread(target=work, name="toolkiln-generate", daemon=True).start()
     try:
-        while (item := out.get()) is not None:
+        while (item := await out.get()) is not None:
             yield _sse(*item)
     finally:
         gone.set()
