@@ -239,7 +239,7 @@ export function toolPage(main, ctx, { toolId, language, generate }) {
     );
     const parts = [];
     if (generate) {
-      parts.push(wizard({
+      const wiz = wizard({
         language: () => form.controls.lang.value,
         workspaceId: ctx.workspaceId,
         onDraft: (draft) => {
@@ -248,7 +248,9 @@ export function toolPage(main, ctx, { toolId, language, generate }) {
           if (example && example.input !== undefined) input.value = pretty(example.input);
           note.textContent = "The draft is in the form below: check it, then Save.";
         },
-      }));
+      });
+      stops.push(wiz.stop);
+      parts.push(wiz.element);
     }
     parts.push(formBox, testBox);
     if (initial && initial.id) {

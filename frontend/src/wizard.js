@@ -62,21 +62,26 @@ function progressText(event, data) {
   return String(event);
 }
 
+// Returns the wizard's element and stop(), which ends a generation under way (the page that
+// holds the wizard calls it when it is left): the request is aborted, so the service stops
+// asking the model, and nothing lands in a form nobody sees.
 export function wizard({ language, workspaceId, onDraft }) {
   const describe = h("textarea", { rows: 4 });
   const log = h("ol", { class: "progress", "aria-live": "polite" });
   const alert = h("p", { class: "form-alert", role: "alert" });
   const examples = h("div");
+  const button = h("button", { type: "button", onclick: () => run(), text: "Generate" });
   const box = h(
     "section",
     { class: "card wizard", "aria-labelledby": "wizard-h" },
     h("h2", { id: "wizard-h", text: "Generate a tool" }),
     field("Describe the tool", describe, { name: "description", hint: "What it takes and what it answers, in plain words." }),
-    h("div", { class: "actions" }, h("button", { type: "button", onclick: () => run(), text: "Generate" })),
+    h("div", { class: "actions" }, button),
     alert,
     log,
     examples,
   );
+  let running = null; // the AbortController of the generation under way
   const note = (text) => log.append(h("li", { text }));
   const done = (draft) => {
     onDraft(draft);
@@ -84,35 +89,53 @@ export function wizard({ language, workspaceId, onDraft }) {
     const list = Array.isArray(draft.examples) ? draft.examples : [];
     clear(examples, list.length ? h("h3", { text: "Examples the draft was run on" }) : null, list.map((ex) => h("div", { class: "example" }, h("pre", { text: `input: ${pretty(ex.input)}` }), resultView(ex.result))));
   };
+  const generate = async (signal) => {
+    const body = { workspace_id: workspaceId, description: describe.value, language: language() };
+    const res = await api("POST", "/v1/custom-tools/generate", body, { accept: "text/event-stream", signal });
+    const type = res.headers.get("content-type") || "";
+    if (!type.startsWith("text/event-stream")) {
+      done((await res.json()).data);
+      return;
+    }
+    for await (const { event, data } of events(res)) {
+      if (event === "draft") {
+        done(data && data.data ? data.data : data);
+        return;
+      }
+      note(progressText(event, data));
+      if (event === "error") {
+        alert.textContent = (data && data.message) || "The generator failed.";
+        return;
+      }
+    }
+  };
   const run = async () => {
+    if (running) return; // one generation at a time: the button is disabled meanwhile
+    const controller = new AbortController();
+    running = controller;
+    button.disabled = true;
+    box.setAttribute("aria-busy", "true");
     alert.textContent = "";
     clear(log);
     clear(examples);
-    const body = { workspace_id: workspaceId, description: describe.value, language: language() };
     note("Asking the model…");
     try {
-      const res = await api("POST", "/v1/custom-tools/generate", body, { accept: "text/event-stream" });
-      const type = res.headers.get("content-type") || "";
-      if (!type.startsWith("text/event-stream")) {
-        done((await res.json()).data);
-        return;
-      }
-      for await (const { event, data } of events(res)) {
-        if (event === "draft") {
-          done(data && data.data ? data.data : data);
-          return;
-        }
-        note(progressText(event, data));
-        if (event === "error") {
-          alert.textContent = (data && data.message) || "The generator failed.";
-          return;
-        }
-      }
+      await generate(controller.signal);
     } catch (err) {
+      if (controller.signal.aborted) return; // stopped on purpose
       if (!(err instanceof ApiError)) throw err;
       alert.textContent = explain(err);
       if (err.status === 401) session.signOut();
+    } finally {
+      if (running === controller) {
+        running = null;
+        button.disabled = false;
+        box.removeAttribute("aria-busy");
+      }
     }
   };
-  return box;
+  const stop = () => {
+    if (running) running.abort();
+  };
+  return { element: box, stop };
 }

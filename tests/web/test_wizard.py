@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import expect
 
-from tests.model_server import ScriptedModel, propose
+from tests.model_server import ScriptedModel, held, propose
 from tests.web.conftest import Live, Page, serve
 from tests.web.test_hostile import NOTHING_RAN, X
 
@@ -85,3 +85,37 @@ def test_a_generation_that_fails_shows_the_services_message(
     expect(alert).not_to_be_empty()
     expect(page.locator(".wizard .progress")).to_contain_text("Attempt 3 had 1 problem")
     expect(page.get_by_label("Name")).to_have_value("")
+
+
+def test_generate_runs_one_generation_at_a_time_and_stops_it_when_the_page_is_left(
+    tab: Page, live: Live, model_server: ScriptedModel
+) -> None:
+    page = tab.page
+    tab.sign_in()
+    page.get_by_role("button", name="Generate").click()
+    page.get_by_label("Describe the tool").fill("Add two numbers.")
+    generate = page.get_by_role("button", name="Generate")
+
+    # A second press while the model thinks starts no second generation.
+    good = {**proposal(GOOD), "name": "add-once"}  # add-numbers may be saved already
+    model_server.script(held(propose(good)), propose(good))
+    generate.click()
+    assert model_server.wait_hanging(10)
+    expect(generate).to_be_disabled()
+    generate.click(force=True)
+    page.wait_for_timeout(500)
+    model_server.release()
+    expect(page.locator(".wizard .progress")).to_contain_text("Draft ready.")
+    expect(generate).to_be_enabled()
+    assert len(model_server.requests) == 1
+
+    # Leaving the page while the model thinks stops the generation: nothing more is asked.
+    model_server.script(held(propose(proposal(BAD))), propose(good))
+    generate.click()
+    assert model_server.wait_hanging(10)
+    page.get_by_role("link", name="All tools").click()
+    expect(page.get_by_role("heading", name="Custom tools")).to_be_visible()
+    page.wait_for_timeout(500)
+    model_server.release()
+    page.wait_for_timeout(1500)
+    assert len(model_server.requests) == 1
