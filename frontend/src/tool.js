@@ -36,6 +36,9 @@ export function toolPage(main, ctx, { toolId, language, generate }) {
   clear(main, head, statusBox, actions, alert, note, body);
   let tool = null;
   let form = null;
+  // The version the form was filled from: Save sends it as base_version, so a version saved
+  // elsewhere meanwhile is not silently overwritten (409 edit_conflict instead).
+  let formVersion = null;
   const reports = h("div", { class: "result-box", "aria-live": "polite" });
 
   const setHead = () => {
@@ -143,7 +146,8 @@ export function toolPage(main, ctx, { toolId, language, generate }) {
     clear(reports);
     try {
       if (tool) {
-        const res = await api("PATCH", `/v1/custom-tools/${q(tool.id)}`, payload);
+        const res = await api("PATCH", `/v1/custom-tools/${q(tool.id)}`, { ...payload, base_version: formVersion });
+        formVersion = res.data.version;
         showProblems(formBox, { details: [] }, { message: false });
         form.editor.mark([]);
         setTool(res.data, `Saved: version ${res.data.version}.`);
@@ -217,6 +221,7 @@ export function toolPage(main, ctx, { toolId, language, generate }) {
 
   const build = (initial) => {
     form = toolForm(initial, { onChange: changed });
+    formVersion = initial && initial.id ? initial.version : null;
     const saveButton = h("button", { type: "submit", class: "primary", text: "Save" });
     const buttons = [saveButton];
     // "Run cases", not "Run tests": no other button's name may contain "Test" (CONTRACT 10).

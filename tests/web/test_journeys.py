@@ -416,3 +416,27 @@ def test_where_agents_are_offered_a_tool_is_set_on_its_form(tab: Page, live: Liv
     page.reload()
     expect(page.get_by_label("As a tool of its own (direct calls)")).not_to_be_checked()
     expect(page.get_by_label("Inside code mode (run_program)")).to_be_checked()
+
+
+def test_save_does_not_overwrite_a_version_saved_elsewhere_meanwhile(tab: Page, live: Live) -> None:
+    tool = live.create_tool(name="two-editors", code=ORDER, input_schema=ORDER_SCHEMA)
+    page = tab.page
+    tab.sign_in()
+    page.get_by_role("link", name="two-editors", exact=True).click()
+    expect(page.get_by_role("heading", name="Tool: two-editors")).to_be_visible()
+    # Someone else saves version 2 while this form holds version 1.
+    theirs = ORDER.replace("is shipped", "has shipped")
+    r = live.http.patch(f"/v1/custom-tools/{tool['id']}", json={"code": theirs})
+    assert r.status_code == 200 and r.json()["data"]["version"] == 2
+    page.get_by_label("Description").fill("Mine.")
+    page.get_by_role("button", name="Save").click()
+    expect(page.locator(".form-alert").first).to_contain_text("changed elsewhere")
+    after = live.tool(tool["id"]).json()["data"]
+    assert after["version"] == 2 and after["code"] == theirs and after["description"] == ""
+    # Reloaded, the form holds version 2 and saves on it.
+    page.reload()
+    page.get_by_label("Description").fill("Mine.")
+    page.get_by_role("button", name="Save").click()
+    expect(page.get_by_role("status").first).to_contain_text("Saved: version 3")
+    after = live.tool(tool["id"]).json()["data"]
+    assert after["code"] == theirs and after["description"] == "Mine."

@@ -182,6 +182,15 @@ class ToolPatch(Body):
     test_cases: list[TestCaseIn] = _cases()
     allowed_callers: list[Caller] = _callers()
     allow_failing_tests: bool = _allow_failing()
+    base_version: JsonInt = Field(
+        ABSENT,
+        ge=1,
+        le=limits.MAX_VERSION,
+        description=(
+            "The version this change was made from: if the tool is at another version, the "
+            "PATCH is refused with 409 edit_conflict and nothing changes."
+        ),
+    )
 
 
 class EnableIn(Body):

@@ -174,11 +174,14 @@ class ToolService:
         tool_id: str,
         change: dict[str, Any],
         allow_failing_tests: bool = False,
+        base_version: int | None = None,
     ) -> Tool:
-        """Test cases run between two transactions, so no write lock is held while they do."""
+        """Test cases run between two transactions, so no write lock is held while they do.
+        ``base_version``: the version the change was made from; at another, 409."""
         principal.require("write")
         with self._uow(readonly=True) as tx:
             current = self._visible(tx, principal, tool_id)
+            _require_base(current, base_version)
             planned = self._plan(tx, current, change)
         if not planned.fields:
             return current
@@ -187,6 +190,7 @@ class ToolService:
             self._require_passing(principal, current.workspace_id, planned.draft, planned.cases)
         with self._uow() as tx:
             current = self._visible(tx, principal, tool_id, lock=True)
+            _require_base(current, base_version)
             final = self._plan(tx, current, change)
             if not final.fields:
                 return current
@@ -356,6 +360,16 @@ class ToolService:
     @staticmethod
     def _audit(tx: UnitOfWork, tool: Tool, event: str, data: dict[str, Any]) -> None:
         tx.audit.add(AuditRow(tool.workspace_id, event, tool_id=tool.id, data=data))
+
+
+def _require_base(current: Tool, base_version: int | None) -> None:
+    if base_version is not None and current.version != base_version:
+        raise Conflict(
+            f"The tool was changed elsewhere: it is at version {current.version}, and this "
+            f"change was made from version {base_version}. Reload it to edit the new version.",
+            [{"field": "version", "message": f"is now {current.version}"}],
+            code="edit_conflict",
+        )
 
 
 def _name_taken(name: str) -> Conflict:

@@ -75,7 +75,8 @@ def get_tool(tool_id: str, who: Reader, svc: Svc) -> dict[str, Any]:
 def update_tool(tool_id: str, body: models.ToolPatch, who: Writer, svc: Svc) -> dict[str, Any]:
     change = body.model_dump(exclude_unset=True)
     allow = bool(change.pop("allow_failing_tests", False))
-    return {"data": serialize.tool(svc.tools.update(who, tool_id, change, allow))}
+    base = change.pop("base_version", None)
+    return {"data": serialize.tool(svc.tools.update(who, tool_id, change, allow, base))}
 
 
 @router.post("/{tool_id}/run-tests", response_model=models.One[models.TestRun])
