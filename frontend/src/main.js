@@ -103,7 +103,16 @@ function route() {
   }
   stop();
   const hash = window.location.hash.replace(/^#/, "") || "/";
-  const parts = hash.split("/").filter(Boolean).map(decodeURIComponent);
+  // A part that is not valid percent-encoding (typed or pasted) is taken as it is: a URIError
+  // here left the page half-torn-down, its polls stopped and nothing said.
+  const decode = (part) => {
+    try {
+      return decodeURIComponent(part);
+    } catch {
+      return part;
+    }
+  };
+  const parts = hash.split("/").filter(Boolean).map(decode);
   if (parts[0] === "tools" && parts[1]) stop = toolPage(main, ctx, { toolId: parts[1] });
   else if (parts[0] === "new") stop = toolPage(main, ctx, { language: parts[1] === "javascript" ? "javascript" : "python" });
   else if (parts[0] === "generate") stop = toolPage(main, ctx, { generate: true });

@@ -440,3 +440,14 @@ def test_save_does_not_overwrite_a_version_saved_elsewhere_meanwhile(tab: Page, 
     expect(page.get_by_role("status").first).to_contain_text("Saved: version 3")
     after = live.tool(tool["id"]).json()["data"]
     assert after["code"] == theirs and after["description"] == "Mine."
+
+
+def test_a_malformed_address_shows_the_apis_message_and_no_page_error(
+    tab: Page, live: Live
+) -> None:
+    page = tab.page
+    tab.sign_in()
+    expect(page.get_by_role("heading", name="Custom tools")).to_be_visible()
+    page.goto(f"{live.url}/ui#/tools/%E0%A4%A")  # not valid percent-encoding
+    expect(page.get_by_role("alert").first).to_contain_text("tool")
+    assert tab.errors == []
