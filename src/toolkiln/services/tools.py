@@ -367,7 +367,7 @@ def _require_base(current: Tool, base_version: int | None) -> None:
         raise Conflict(
             f"The tool was changed elsewhere: it is at version {current.version}, and this "
             f"change was made from version {base_version}. Reload it to edit the new version.",
-            [{"field": "version", "message": f"is now {current.version}"}],
+            [{"field": "base_version", "message": f"the tool is now at {current.version}"}],
             code="edit_conflict",
         )
 
