@@ -108,6 +108,14 @@ export function wizard({ language, workspaceId, onDraft }) {
         return;
       }
     }
+    // The stream ended with neither a draft nor an error: the connection was cut (a proxy,
+    // the service restarting). Say so rather than leave "Asking the model…" standing.
+    lost();
+  };
+  const lost = (why) => {
+    const text = "The connection to the service ended before the generation finished; nothing was saved. Try again.";
+    note(why ? `${text} (${why})` : text);
+    alert.textContent = text;
   };
   const run = async () => {
     if (running) return; // one generation at a time: the button is disabled meanwhile
@@ -123,7 +131,10 @@ export function wizard({ language, workspaceId, onDraft }) {
       await generate(controller.signal);
     } catch (err) {
       if (controller.signal.aborted) return; // stopped on purpose
-      if (!(err instanceof ApiError)) throw err;
+      if (!(err instanceof ApiError)) {
+        lost(err && err.message); // the stream broke while it was read
+        return;
+      }
       alert.textContent = explain(err);
       if (err.status === 401) session.signOut();
     } finally {

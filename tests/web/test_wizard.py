@@ -119,3 +119,29 @@ def test_generate_runs_one_generation_at_a_time_and_stops_it_when_the_page_is_le
     model_server.release()
     page.wait_for_timeout(1500)
     assert len(model_server.requests) == 1
+
+
+def test_a_stream_cut_before_its_end_says_so_and_frees_the_button(tab: Page, live: Live) -> None:
+    """A stream that ends with neither a draft nor an error (a proxy cut it, the service
+    restarted) is reported, not left at "Asking the model…". The cut is made by the browser
+    for this one request: the service itself always ends its stream with one or the other."""
+    page = tab.page
+    tab.sign_in()
+    page.route(
+        "**/v1/custom-tools/generate",
+        lambda route: route.fulfill(
+            status=200,
+            headers={"content-type": "text/event-stream"},
+            body='event: attempt\ndata: {"attempt": 1, "max_attempts": 3}\n\n',
+        ),
+    )
+    page.get_by_role("button", name="Generate").click()
+    page.get_by_label("Describe the tool").fill("Add two numbers.")
+    generate = page.get_by_role("button", name="Generate")
+    generate.click()
+    alert = page.locator(".wizard .form-alert")
+    expect(alert).to_contain_text("ended before the generation finished")
+    expect(page.locator(".wizard .progress")).to_contain_text("Attempt 1 of 3")
+    expect(generate).to_be_enabled()
+    expect(page.get_by_label("Name")).to_have_value("")
+    page.unroute("**/v1/custom-tools/generate")
