@@ -329,7 +329,7 @@ class PythonSandbox:
             self._release(child, RunOutcome("not_admitted"), clean=True)
             return RunOutcome("not_admitted")
         run = secrets.token_hex(8)  # every frame of this run must carry it
-        session = Session(self.limits.caps, run, link, member.group.audit)
+        session = Session(self.limits.caps, run, link, deadline, member.group.audit)
         outcome: RunOutcome | None = None
         chan: socket.socket | None = None
         clean = False  # the run ended by its own report, and nothing of it is left unread
@@ -345,7 +345,7 @@ class PythonSandbox:
                 "timeout_ms": req.timeout_ms,
                 "context": req.context,
             }
-            protocol.send(chan, {**frame, **(extra or {})}, repair=True)
+            protocol.write(chan, protocol.encode({**frame, **(extra or {})}, repair=True), deadline)
             while outcome is None:
                 raw = reader.recv(self.limits.caps.frame_bytes, deadline)
                 msg = protocol.parse(raw, run, self.limits.caps, reader.repaired, reader.size)

@@ -28,11 +28,17 @@ class Session:
     """Handles the frames of one run, in order, until its result."""
 
     def __init__(
-        self, caps: protocol.Caps, run: str, link: RunLink, audit: AuditQuota | None = None
+        self,
+        caps: protocol.Caps,
+        run: str,
+        link: RunLink,
+        deadline: float,
+        audit: AuditQuota | None = None,
     ) -> None:
         self.caps = caps
         self.run = run
         self.link = link
+        self.deadline = deadline  # time.monotonic(): no write to the run waits past it
         self.audit = audit if audit is not None else AuditQuota()
         self.calls = 0
         self.frames = 0
@@ -53,7 +59,7 @@ class Session:
         if isinstance(msg, protocol.Call):
             self.calls += 1
             reply = self.link.call(msg.tool, msg.input)
-            chan.sendall(protocol.reply(self.run, msg.id, reply, self.caps))
+            protocol.write(chan, protocol.reply(self.run, msg.id, reply, self.caps), self.deadline)
         else:
             self._audit(msg)
         return None

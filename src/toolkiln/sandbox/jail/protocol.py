@@ -118,6 +118,29 @@ def send(sock: socket.socket, obj: Any, *, repair: bool = False) -> None:
     sock.sendall(encode(obj, repair=repair))
 
 
+def write(sock: socket.socket, data: bytes, deadline: float) -> None:
+    """All of ``data`` written by ``deadline`` (``time.monotonic()``), else
+    ``FrameError("timeout")``: the host's every write to a run's channel, so a peer that
+    stops reading (its receive buffer full: a 1 MB reply, frames it never reads) cannot hold
+    the host past the run's deadline, as a blocking ``sendall`` did. Each part is sent
+    without blocking and the wait for room is bounded, whatever the socket's own mode."""
+    view = memoryview(data)
+    poller: select.poll | None = None
+    while view:
+        try:
+            view = view[sock.send(view, socket.MSG_DONTWAIT) :]
+            continue
+        except (BlockingIOError, InterruptedError):
+            pass
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise FrameError("timeout", "deadline passed while the peer did not read")
+        if poller is None:
+            poller = select.poll()
+            poller.register(sock, select.POLLOUT)
+        poller.poll(max(1, int(left * 1000)))
+
+
 def _no_constant(name: str) -> Any:
     """NaN and Infinity are not JSON: a frame holding them is not a frame (no database
     stores them as JSON, and the answer to the client could not be written)."""
