@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from typing import Any
 
 from toolkiln.domain.builtin import BuiltinCall, BuiltinFailure, BuiltinSpec
 from toolkiln.domain.origin import Origin
+from toolkiln.domain.problems import scrub
 from toolkiln.domain.records import Policy
 from toolkiln.domain.results import Result, error, refused
 from toolkiln.domain.schema import compile_validator, input_problems
@@ -20,17 +22,23 @@ log = logging.getLogger("toolkiln.builtins")
 
 
 def summary(payload: Any) -> Any:
-    """What the audit keeps of an input: keys and short values, never whole bodies."""
+    """What the audit keeps of an input: keys and short values, never whole bodies. Made
+    from what the caller sent before it is validated, so it is made storable here, whatever
+    was sent: text with NUL or lone surrogates (which no JSONB column takes) is scrubbed, and a
+    number that is not finite (``1e400`` reads as infinity) is kept as its name."""
     if not isinstance(payload, dict):
         return {"type": type(payload).__name__}
     out: dict[str, Any] = {}
     for key, value in list(payload.items())[:20]:
+        name = scrub(str(key)[:64])
         if isinstance(value, str):
-            out[str(key)[:64]] = value[:80] + ("..." if len(value) > 80 else "")
+            out[name] = scrub(value[:80]) + ("..." if len(value) > 80 else "")
+        elif isinstance(value, float) and not math.isfinite(value):
+            out[name] = str(value)
         elif isinstance(value, int | float | bool) or value is None:
-            out[str(key)[:64]] = value
+            out[name] = value
         else:
-            out[str(key)[:64]] = f"<{type(value).__name__}>"
+            out[name] = f"<{type(value).__name__}>"
     return out
 
 
