@@ -55,6 +55,12 @@ class JavaScriptSandbox(PythonSandbox):
         self._owned_lock = threading.Lock()
         engine = Path(py_mini_racer.__file__).resolve().parent
         config["runtime"] = "javascript"
+        # RLIMIT_CPU is a process's, and a worker serves up to RECYCLE_AFTER calls: its
+        # limit covers two calls' worth, and it retires itself once less than one call's
+        # worth is left (jsrunner.spent). With the per-call limit for the worker's whole
+        # life, a call was killed (a counted "cpu time limit" timeout) for the CPU time the
+        # worker's earlier calls had used.
+        config["worker_cpu_s"] = 2 * self.limits.max_cpu_s
         config["js_engine_parent"] = str(engine.parent)  # only without a jail (insecure mode)
         config["binds"] = {"/engine/py_mini_racer": str(engine)}
         config["js_heap_mb"] = self.limits.memory_mb // 2

@@ -13,7 +13,11 @@ import linux
 
 def _limits(cfg: dict) -> None:
     mb = 1024 * 1024
-    cpu = int(cfg["max_cpu_s"])
+    # A Python child serves one call: max_cpu_s. A JavaScript worker serves several, so its
+    # limit is for its life (``worker_cpu_s``), and it stops serving before a call could
+    # start with less than max_cpu_s of it left (jsrunner.spent): CPU time earlier calls
+    # used never cuts a later call short.
+    cpu = int(cfg.get("worker_cpu_s") or cfg["max_cpu_s"])
     # A backstop: the host's clock ends each call. Tool code may not change RLIMIT_CPU
     # (seccomp), and the hard limit's SIGKILL must never come before the host's deadline, or
     # it would look like a kill from outside (pool.OUTSIDE_SIGNALS): every CPU busy for the

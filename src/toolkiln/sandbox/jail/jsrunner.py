@@ -16,6 +16,7 @@ import contextlib
 import functools
 import json
 import re
+import resource
 import socket
 from collections.abc import Callable
 from typing import Any
@@ -504,11 +505,13 @@ def serve(sock: socket.socket, cfg: dict, mr_module: object, link_factory) -> No
         link = link_factory(chan, int(cfg["max_reply_bytes"]))
         box = [fresh]  # the call's isolate: used by this call alone, closed after it
         try:
-            _answer(chan, cfg, mr_module, link, heap, listed, loop, box)
+            _answer(chan, cfg, mr_module, link, heap, listed, loop, box, sock)
         except (OSError, protocol.FrameError):
             pass  # the host gave up on this call (and will retire us if it must)
         finally:
             chan.close()
+        if _closed(sock):
+            return  # spent (see spent): the host retires us
         if box[0] is not None:
             spent.append(box[0])
         fresh = loop.run_until_complete(_renew(spent, mr_module, heap, listed))
@@ -545,7 +548,22 @@ def _rehearse(cfg: dict, mr_module: object, link_factory, heap, listed, loop, fr
     return box[0]
 
 
-def _answer(chan: socket.socket, cfg: dict, mr_module: object, link, heap, listed, loop, box):
+def spent(cfg: dict) -> bool:
+    """Whether this worker's CPU time (its RLIMIT_CPU is for its whole life, child.py) has
+    less than one call's limit left: a next call could be killed for time it did not use."""
+    if not cfg.get("worker_cpu_s"):
+        return False
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    return use.ru_utime + use.ru_stime > int(cfg["worker_cpu_s"]) - int(cfg["max_cpu_s"])
+
+
+def _closed(sock: socket.socket) -> bool:
+    return sock.fileno() < 0
+
+
+def _answer(
+    chan: socket.socket, cfg: dict, mr_module: object, link, heap, listed, loop, box, ctl=None
+):
     req = link.reader.recv(int(cfg["max_request_bytes"]))
     if not isinstance(req, dict) or req.get("op") != protocol.RUN:
         return
@@ -558,4 +576,8 @@ def _answer(chan: socket.socket, cfg: dict, mr_module: object, link, heap, liste
         stdout="".join(logs["out"]) + marker,
         stderr="".join(logs["err"]),
     )
+    if ctl is not None and spent(cfg):
+        # Before the report: the host, which gives a worker back only while its control
+        # channel is silent, sees this close once it has read the report, and retires us.
+        ctl.close()
     chan.sendall(result_frame(report, link.run, int(cfg["max_result_bytes"])))
