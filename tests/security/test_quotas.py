@@ -118,3 +118,40 @@ def test_a_flood_of_ctx_frames_ends_the_run(target: Target, t: Tenant, language:
     assert res["error"]["details"]["type"] == "CtxLimitError"
     assert t.get_tool(tool)["failure_count"] == 1
     target.assert_contained()
+
+
+WIDE_LOGS = {
+    # 65,000 three-byte characters: ~190 KB of UTF-8 under a 64 KB cap counted in UTF-16
+    # units (the JavaScript prelude) or in characters (the host's cut, before).
+    "javascript": (
+        "function main(p) {\n"
+        "  console.log('\\u20ac'.repeat(65000));\n"
+        "  console.error('\\u20ac'.repeat(65000));\n"
+        "  return { message: 'logged' };\n"
+        "}\n"
+    ),
+    # The same in a result frame the tool writes itself, past the jail's own capped streams.
+    "python": (
+        "import os, protocol\n"
+        "def handle(input, ctx):\n"
+        "    link, wide = ctx._link, '\\u20ac' * 65000\n"
+        "    protocol.send(link.sock, {'op': 'result', 'run': link.run, 'kind': 'return',\n"
+        "                              'value': 'logged', 'stdout': wide, 'stderr': wide})\n"
+        "    os._exit(0)\n"
+        "    return 1\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("language", ["python", "javascript"])
+def test_logs_are_capped_in_bytes(target: Target, t: Tenant, language: str) -> None:
+    tool = t.tool(f"wide-logs-{language}", WIDE_LOGS[language], language=language)
+    res = t.invoke(tool)
+    assert res["status"] == "ok", res
+    assert res["logs"]["stdout"].startswith("\u20ac" * 1000), res["logs"]["stdout"][:100]
+    for stream in ("stdout", "stderr"):  # (JavaScript's two streams share one cap)
+        text = res["logs"][stream]
+        assert len(text.encode()) <= 64 * 1024 + 100, (stream, len(text.encode()))
+    stored = t.stored(res["tool_call_id"])
+    assert len(stored["logs"]["stdout"].encode()) <= 64 * 1024 + 100
+    target.assert_contained()

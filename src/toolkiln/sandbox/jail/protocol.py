@@ -262,6 +262,24 @@ def _text(value: Any, cap: int, default: str = "") -> str:
     return value[:cap] if isinstance(value, str) else default
 
 
+def _log(value: Any, cap: int) -> str:
+    """A log as the host keeps it: at most ``cap`` bytes of UTF-8 (and the jail's truncation
+    marker), whatever the jail counted. Cut by characters, a log of 65,000 three-byte
+    characters was ~190 KB under a 64 KB cap (the JavaScript prelude counts UTF-16 units)."""
+    if not isinstance(value, str):
+        return ""
+    if len(value) * 4 <= cap + MARKER_BYTES:  # short enough whatever its characters
+        return value
+    data = value.encode("utf-8", "replace")
+    if len(data) <= cap + MARKER_BYTES:
+        return value
+    kept = data[:cap].decode("utf-8", "ignore")
+    return f"{kept}\n[truncated: {len(data) - len(kept.encode())} more bytes]"
+
+
+MARKER_BYTES = 100  # room for the jail's "[truncated: N more bytes]" past a log's cap
+
+
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -296,8 +314,8 @@ def parse(
         message=_text(frame.get("message"), caps.message_chars),
         line=_int(frame.get("line")),
         column=_int(frame.get("column")),
-        stdout=_text(frame.get("stdout"), caps.log_bytes + 100),
-        stderr=_text(frame.get("stderr"), caps.log_bytes + 100),
+        stdout=_log(frame.get("stdout"), caps.log_bytes),
+        stderr=_log(frame.get("stderr"), caps.log_bytes),
         phase=_text(frame.get("phase"), 16) or None,
         repaired="value" in repaired or "*" in repaired,
     )
