@@ -497,8 +497,14 @@ def test_a_stream_that_fails_ends_with_an_error_event(
     assert r.status_code == 422
 
 
-def test_a_stream_whose_client_goes_away_stops_at_its_next_step(
-    runtime: Runtime, client: TestClient, space: Space, rw, model_server: ScriptedModel
+@pytest.mark.parametrize("streamed", [True, False], ids=["stream", "one-answer"])
+def test_a_generation_whose_client_goes_away_stops_at_its_next_step(
+    runtime: Runtime,
+    client: TestClient,
+    space: Space,
+    rw,
+    model_server: ScriptedModel,
+    streamed: bool,
 ) -> None:
     # A real server (uvicorn on loopback), since what matters is a real connection closing.
     server = uvicorn.Server(
@@ -514,10 +520,16 @@ def test_a_stream_whose_client_goes_away_stops_at_its_next_step(
         port = server.servers[0].sockets[0].getsockname()[1]
         model_server.script(held(propose(cagr(code=BAD_SYNTAX["python"]))), propose(cagr()))
         body = {"workspace_id": space.id, "description": DESCRIPTION}
-        headers = {**rw, "Accept": "text/event-stream"}
+        headers = {**rw, "Accept": "text/event-stream"} if streamed else rw
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
-            with http.stream("POST", "/v1/custom-tools/generate", json=body, headers=headers) as r:
-                assert next(r.iter_lines()) == "event: attempt"
+            if streamed:
+                url = "/v1/custom-tools/generate"
+                with http.stream("POST", url, json=body, headers=headers) as r:
+                    assert next(r.iter_lines()) == "event: attempt"
+                    assert model_server.wait_hanging(10)
+            else:  # one answer: the client gives up waiting for it
+                with pytest.raises(httpx.ReadTimeout):
+                    http.post("/v1/custom-tools/generate", json=body, headers=headers, timeout=2)
                 assert model_server.wait_hanging(10)
         # The client is gone while the model thinks; its answer is the last step taken.
         time.sleep(0.5)

@@ -9,7 +9,8 @@ import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import APIRouter, Request
+import anyio
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 
 from toolkiln.api import models
@@ -34,18 +35,53 @@ class _Gone(Exception):
     response_model=models.One[models.Draft],
     responses={200: {"content": {STREAM: {}}, "description": "The draft, or its progress."}},
 )
-def generate(body: models.GenerateIn, request: Request, who: Writer, svc: Svc) -> Any:
+async def generate(body: models.GenerateIn, request: Request, who: Writer, svc: Svc) -> Any:
     """With ``Accept: text/event-stream``: events attempt, validated, example, problems, then
     draft or error."""
     wanted = GenerateRequest(body.workspace_id, body.description, body.language, body.name)
     if STREAM not in request.headers.get("accept", ""):
-        return {"data": svc.generate.generate(who, wanted)}
-    svc.generate.check(who, wanted)  # refusals before the stream are plain HTTP errors
+        draft = await _plain(svc, who, wanted, request)
+        # A client that went away gets no draft (and the response, not sent, no body).
+        return {"data": draft} if draft is not None else Response(status_code=204)
+    await anyio.to_thread.run_sync(svc.generate.check, who, wanted)  # plain HTTP refusals
     return StreamingResponse(
         _events(svc, who, wanted),
         media_type=STREAM,
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
+
+
+async def _plain(
+    svc: Services, who: Principal, wanted: GenerateRequest, request: Request
+) -> dict[str, Any] | None:
+    """The generation as one answer, in a thread, stopped at its next step when the client
+    goes away (its connection closes: the server says ``http.disconnect``), as a stream is:
+    nobody would read the draft, and every further step asks the model again."""
+    gone = threading.Event()
+
+    def step(_kind: str, _data: dict[str, Any]) -> None:
+        if gone.is_set():
+            raise _Gone
+
+    async def watch() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        gone.set()
+
+    draft: dict[str, Any] | None = None  # None: the client went away, nobody reads it
+    failed: Exception | None = None  # raised outside the task group, as itself
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(watch)
+        try:
+            draft = await anyio.to_thread.run_sync(svc.generate.generate, who, wanted, step)
+        except _Gone:
+            pass
+        except Exception as exc:
+            failed = exc
+        tasks.cancel_scope.cancel()
+    if failed is not None:
+        raise failed
+    return draft
 
 
 def _sse(kind: str, data: Any) -> str:
