@@ -12,17 +12,9 @@ import time
 from pathlib import Path
 
 from tests.builtins.conftest import make_service
+from tests.builtins.test_deadline import SEARCH_PY, SEND_PY
 
 TIMEOUT_MS = 2000
-
-SEND = """
-def handle(input, ctx):
-    return ctx.tools.send_email({"to": "me@example.org", "subject": "s", "body_text": "b"})
-"""
-SEARCH = """
-def handle(input, ctx):
-    return ctx.tools.web_search({"query": "kilns"})
-"""
 
 
 def main() -> None:
@@ -33,7 +25,7 @@ def main() -> None:
             Path(tmp), smtp_url=smtp_url, search_provider="searxng", search_url=search_url
         ):
             svc.policy(email_allowlist=["example.org"])
-            for name, code in (("mail", SEND), ("search", SEARCH)):
+            for name, code in (("mail", SEND_PY), ("search", SEARCH_PY)):
                 tool = svc.tool(name, code, timeout_ms=TIMEOUT_MS)
                 started = time.monotonic()
                 res = svc.invoke(tool)
