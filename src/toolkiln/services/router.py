@@ -176,7 +176,6 @@ class Router:
             err = error("invalid_input", "The input does not match the schema.", problems)
             return refused(origin.call_id, None, None, err)
         timeout_ms = int(payload.get("timeout_ms") or PROGRAM_TIMEOUT_MS)
-        origin.budget.narrow(timeout_ms)
         result = self._source(origin, payload, timeout_ms, {}, only="handle")
         self._runs.record_run(origin, result, RUN_PROGRAM, kind="program")
         return result
@@ -186,8 +185,6 @@ class Router:
             err = error("invalid_input", "The input does not match the schema.", problems)
             return "refused", refused(origin.call_id, None, None, err)
         run = origin.nested(new_id()) if nested else origin
-        if run.parent_call_id is None:
-            run.budget.narrow(RUN_CODE_TIMEOUT_MS)
         result = self._source(run, payload, RUN_CODE_TIMEOUT_MS, payload.get("input", {}))
         self._runs.record_run(run, result, RUN_CODE_SPEC.name)
         return "run_code", result
@@ -196,7 +193,15 @@ class Router:
         self, run: Origin, payload: Any, timeout_ms: int, given: Any, only: str | None = None
     ) -> Result:
         """Run code given as source (``run_code``, ``run_program``). A problem found before
-        it runs is the code's ``runtime_error`` with its line, as a tool's would be."""
+        it runs is the code's ``runtime_error`` with its line, as a tool's would be.
+
+        Source given at call time never passed the save-time check of ``timeout_ms``
+        against the workspace's ``max_timeout_ms``: its time is held to that ceiling here,
+        where it is chosen (until 2026-12-02 a program ran 30 s and run_code 5 s under a
+        ceiling of 1 s: tests/security/test_policy_ceilings.py)."""
+        timeout_ms = min(timeout_ms, self._policy(run).max_timeout_ms)
+        if run.parent_call_id is None:
+            run.budget.narrow(timeout_ms)  # a root call learns its own limit
         language, source = payload["language"], payload["code"]
         problems = check_code(language, source)
         entry = "" if problems else entrypoint_of(language, source)
