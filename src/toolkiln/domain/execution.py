@@ -42,6 +42,9 @@ class RunRequest:
     workspace_id: str = ""  # whose call this is (fair shares between workspaces)
     call_id: str = ""  # the call the run belongs to (every frame is tied to it)
     share: ResourceShare | None = None  # None: a root run with resources of its own
+    # A nested run's end (time.monotonic()): its caller's deadline. Whatever it waits for
+    # before it starts (a package install, a process), it never runs past it.
+    not_after: float | None = None
 
 
 @dataclass(slots=True)

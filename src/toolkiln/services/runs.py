@@ -127,6 +127,7 @@ class Runs:
             workspace_id=origin.workspace_id,
             call_id=origin.call_id,
             share=origin.budget.share,
+            not_after=origin.deadline if origin.parent_call_id is not None else None,
         )
         started = time.perf_counter()
         try:
