@@ -241,3 +241,32 @@ def test_a_program_is_held_to_fifty_calls_and_refuses_bad_input(
         },
     )
     assert nohandle["error"]["code"] == "runtime_error"
+
+
+def test_a_custom_tool_whose_name_means_something_else_is_listed_by_its_id(
+    client: TestClient, space: Space
+) -> None:
+    """``send-email`` would be ``send_email`` in a program, which is the built-in; a name
+    ``custom-...`` would be read as an id. Such tools are listed as ``custom_{id}``, and a
+    program calling what the list says reaches them."""
+    agent = _post(client, space, "/v1/agents", {"workspace_id": space.id, "name": "homonyms"})
+    code = "def main(**p):\n    return {'message': 'the custom one'}\n"
+    tools = [_tool(client, space, name, code) for name in ("send-email", "custom-report")]
+    for t in tools:
+        r = client.put(
+            f"/v1/agents/{agent['id']}/custom-tools/{t['id']}", json={}, headers=space.auth("write")
+        )
+        assert r.status_code == 200, r.text
+    text = _list(client, space, agent, format="openai", mode="code")[0]["function"]["description"]
+    for t in tools:
+        assert f"def custom_{t['id']}(" in text, text
+    assert "def custom_report(" not in text
+    calls = ", ".join(f"ctx.tools.custom_{t['id']}({{}})['message']" for t in tools)
+    program = f"def handle(input, ctx):\n    return [{calls}]\n"
+    res = _post(
+        client,
+        space,
+        f"/v1/agents/{agent['id']}/tool-calls",
+        {"name": "run_program", "arguments": {"language": "python", "code": program}},
+    )
+    assert res["status"] == "ok" and res["raw_data"] == ["the custom one"] * 2, res

@@ -12,8 +12,9 @@ import re
 from typing import Any
 
 from toolkiln.domain.builtin import BuiltinSpec
-from toolkiln.domain.formats import ToolDef
+from toolkiln.domain.formats import CUSTOM_PREFIX, ToolDef
 from toolkiln.domain.limits import MAX_TIMEOUT_MS
+from toolkiln.domain.records import BUILTIN_NAMES
 
 RUN_PROGRAM = "run_program"
 PROGRAM_TIMEOUT_MS = 30000
@@ -34,9 +35,14 @@ _MAX_DOC = 300  # characters of a tool's or a field's description kept in a sign
 
 def call_name(d: ToolDef) -> str:
     """What a program writes after ``ctx.tools.``: built-ins by name, custom tools by their
-    name with ``_`` for ``-`` (custom tool names are kebab-case, so this is one-to-one)."""
+    name with ``_`` for ``-`` (custom tool names are kebab-case, so this is one-to-one),
+    unless that name means something else to the router: a built-in's name (a custom tool
+    ``send-email`` would be listed as ``send_email`` and reach the built-in) or the
+    ``custom_`` prefix of ids; such a tool is listed by its id, ``custom_{id}``."""
     if d.kind == "custom" and d.tool_name:
-        return d.tool_name.replace("-", "_")
+        name = d.tool_name.replace("-", "_")
+        if name not in BUILTIN_NAMES and not name.startswith(CUSTOM_PREFIX):
+            return name
     return d.name
 
 

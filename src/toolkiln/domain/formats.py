@@ -57,6 +57,9 @@ STRICT_MAX_PROPERTIES = 5000
 STRICT_MAX_ENUM_VALUES = 1000
 STRICT_MAX_STRING_TOTAL = 120_000
 
+# A custom tool by its id, custom_{id}: its name in every tool list, and a name ctx.tools takes.
+CUSTOM_PREFIX = "custom_"
+
 
 @dataclass(frozen=True, slots=True)
 class ToolDef:

@@ -8,7 +8,7 @@ from typing import Any
 from toolkiln.domain.auth import Principal
 from toolkiln.domain.codemode import PROGRAM_LANGUAGES, RUN_PROGRAM, program_def
 from toolkiln.domain.errors import InvalidRequest, NotFound
-from toolkiln.domain.formats import FORMATS, ToolDef, render
+from toolkiln.domain.formats import CUSTOM_PREFIX, FORMATS, ToolDef, render
 from toolkiln.domain.ids import new_id, utcnow
 from toolkiln.domain.limits import MAX_TIMEOUT_MS
 from toolkiln.domain.origin import Budget, Offer, Origin
@@ -17,7 +17,7 @@ from toolkiln.domain.results import Result, error, refused
 from toolkiln.services.invoke import CallContext, InvokeService, check_ids, raced_call_id
 from toolkiln.services.paging import listing_scope
 from toolkiln.services.ports import UnitOfWork, UnitOfWorkFactory
-from toolkiln.services.router import CUSTOM_PREFIX, Router
+from toolkiln.services.router import Router
 
 # Every change that can alter some agent's tool list leaves one of these audit rows.
 MODES = ("direct", "code")

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from toolkiln.domain.builtin import RUN_CODE_SPEC, BuiltinSpec
 from toolkiln.domain.code_check import check_code, entrypoint_of
 from toolkiln.domain.codemode import PROGRAM_TIMEOUT_MS, RUN_PROGRAM, RUN_PROGRAM_SCHEMA
+from toolkiln.domain.formats import CUSTOM_PREFIX
 from toolkiln.domain.ids import new_id
 from toolkiln.domain.limits import MAX_CTX_NAME_CHARS
 from toolkiln.domain.origin import Offer, Origin
@@ -31,7 +32,6 @@ from toolkiln.services.ports import UnitOfWorkFactory
 from toolkiln.services.runs import Code, Runs
 
 Kind = Literal["builtin", "run_code", "custom", "refused"]
-CUSTOM_PREFIX = "custom_"
 MAX_NAME_CHARS = MAX_CTX_NAME_CHARS
 RUN_CODE_TIMEOUT_MS = 5000
 # A run whose sandbox process was ready within this long of when the tool's read began starts
