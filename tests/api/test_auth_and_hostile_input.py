@@ -214,6 +214,37 @@ def test_system_endpoints(client: TestClient, rw) -> None:
     assert "toolkiln_http_request_duration_seconds_bucket" in text
 
 
+def test_metrics_name_every_route_by_its_template(client: TestClient, space: Space, rw) -> None:
+    """docs/api.md: requests are counted by route template. The invoke route's fast path
+    (a plain Starlette route ahead of FastAPI's) and the MCP mount were counted as
+    "unmatched", so the busiest route of the service had no series of its own."""
+    tool_id = client.post("/v1/custom-tools", json=seed_tool(space), headers=rw).json()["data"][
+        "id"
+    ]
+    ok = client.post(
+        f"/v1/custom-tools/{tool_id}/invoke", json={"input": {"order_id": "A-1"}}, headers=rw
+    )
+    assert ok.status_code == 200
+    bad = client.post(f"/v1/custom-tools/{tool_id}/invoke", json={"inpt": {}}, headers=rw)
+    assert bad.status_code == 422  # FastAPI's own route (the fallback)
+    text = client.get("/metrics").text
+    route = "/v1/custom-tools/{tool_id}/invoke"
+    assert f'toolkiln_http_requests_total{{method="POST",route="{route}",status="200"}}' in text
+    assert f'toolkiln_http_requests_total{{method="POST",route="{route}",status="422"}}' in text
+
+
+def test_metrics_name_the_mcp_endpoint_by_its_template(runtime) -> None:
+    from toolkiln.app import build_app
+
+    app = TestClient(build_app(runtime, close_on_exit=False))  # no lifespan: refused first
+    assert app.post("/mcp/agents/someagent", json={}).status_code == 401
+    assert app.post("/mcp/elsewhere", json={}).status_code == 404
+    text = app.get("/metrics").text
+    mcp = 'method="POST",route="/mcp/agents/{agent_id}",status="401"'
+    assert f"toolkiln_http_requests_total{{{mcp}}}" in text
+    assert 'route="unmatched",status="404"' in text  # no MCP endpoint there: no template
+
+
 def test_no_token_is_401_before_the_body_is_judged(client: TestClient, space: Space, rw) -> None:
     """CONTRACT 1: no or bad token is 401, whatever the body: a body that breaks the rules
     is judged (422) only for a caller the token lets in, on every route that takes one."""

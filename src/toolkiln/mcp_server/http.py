@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -41,6 +42,16 @@ def _bearer(headers: Any) -> str | None:
 
 def _agent_of(path: str) -> str:
     return path.removeprefix(PREFIX).strip("/").split("/")[0]
+
+
+@dataclass(frozen=True)
+class _Template:
+    """What a route leaves in the ASGI scope for /metrics: its path template."""
+
+    path: str
+
+
+ROUTE = _Template("/mcp/agents/{agent_id}")
 
 
 class McpHttp:
@@ -82,6 +93,7 @@ class McpHttp:
                 scope, receive, send
             )
             return
+        scope["route"] = ROUTE  # /metrics counts requests by the route's template
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers", [])}
         try:
             principal = await anyio.to_thread.run_sync(

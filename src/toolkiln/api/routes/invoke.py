@@ -99,7 +99,12 @@ class FastInvoke(Route):
     def matches(self, scope: Scope) -> tuple[Match, Scope]:
         if scope.get(_FALLBACK):
             return Match.NONE, {}
-        return super().matches(scope)
+        match, child = super().matches(scope)
+        if match is not Match.NONE:
+            # What FastAPI's routes put there, so that /metrics counts this route by its
+            # template too (a plain Route does not; it was counted as "unmatched").
+            child["route"] = self
+        return match, child
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         chunks: list[bytes] = []
