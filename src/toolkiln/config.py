@@ -8,11 +8,35 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from toolkiln.domain.errors import ServiceUnavailable
+
+SEARCH_PROVIDERS = ("searxng", "brave")
+DATABASE_BACKENDS = ("sqlite", "postgresql")
+
+
+class SettingError(ValueError):
+    """A wrong value (or combination), found before anything starts: ``setting`` is the
+    variable to name, ``TOOLKILN_...``."""
+
+    def __init__(self, setting: str, message: str) -> None:
+        super().__init__(f"{setting}: {message}")
+        self.setting = setting
+        self.message = message
+
+
+def _http_url(value: str | None) -> str | None:
+    if value is None:
+        return None
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("must be an http:// or https:// URL with a host")
+    return value
 
 
 class Settings(BaseSettings):
@@ -42,6 +66,60 @@ class Settings(BaseSettings):
     llm_model: str | None = None
     llm_max_attempts: int = Field(3, ge=1, le=10)
     llm_timeout_s: float = Field(60.0, gt=0, le=600)
+
+    # Values checked here, not where they are first used, so that a wrong one is
+    # `error: invalid_setting: TOOLKILN_X: ...` for every command, before anything starts
+    # (docs/configuration.md), not a library's exception when the service is half built.
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        scheme = value.split("://", 1)[0] if "://" in value else ""
+        if scheme.split("+", 1)[0] not in DATABASE_BACKENDS:
+            raise ValueError(
+                "must be a sqlite:///path or postgresql+psycopg://user@host:5432/db URL"
+            )
+        return value
+
+    @field_validator("public_url", "llm_base_url", "search_url")
+    @classmethod
+    def _urls(cls, value: str | None) -> str | None:
+        return _http_url(value)
+
+    @field_validator("search_provider")
+    @classmethod
+    def _search_provider(cls, value: str | None) -> str | None:
+        if value and value not in SEARCH_PROVIDERS:
+            raise ValueError(f"unknown search provider {value!r}: use searxng or brave")
+        return value or None
+
+    @field_validator("smtp_url")
+    @classmethod
+    def _smtp_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or not value.get_secret_value():
+            return None
+        parts = urlsplit(value.get_secret_value())
+        if parts.scheme not in ("smtp", "smtps") or not parts.hostname:
+            raise ValueError("must look like smtp://host:port or smtps://host:port")
+        return value
+
+    @field_validator("file_signing_key")
+    @classmethod
+    def _signing_key(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not value.get_secret_value().strip():
+            # An empty HMAC key signs links anyone can make; unset, a key is generated.
+            raise ValueError("must not be empty (leave it unset to generate one)")
+        return value
+
+    @model_validator(mode="after")
+    def _search_needs(self) -> Any:
+        if self.search_provider == "searxng" and not self.search_url:
+            raise SettingError("TOOLKILN_SEARCH_URL", "is required for the searxng provider")
+        if self.search_provider == "brave" and not self.search_api_key:
+            raise SettingError("TOOLKILN_SEARCH_API_KEY", "is required for the brave provider")
+        return self
 
     def resolved_database_url(self) -> str:
         if self.database_url:

@@ -74,6 +74,40 @@ def test_bad_setting_is_one_line(tmp_path: Path) -> None:
     assert "TOOLKILN_PORT" in line
 
 
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        ({"TOOLKILN_DATABASE_URL": "garbage"}, "TOOLKILN_DATABASE_URL"),
+        ({"TOOLKILN_DATABASE_URL": "mysql://app@db/toolkiln"}, "TOOLKILN_DATABASE_URL"),
+        ({"TOOLKILN_SEARCH_PROVIDER": "bing"}, "TOOLKILN_SEARCH_PROVIDER"),
+        ({"TOOLKILN_SEARCH_PROVIDER": "searxng"}, "TOOLKILN_SEARCH_URL"),
+        ({"TOOLKILN_SEARCH_PROVIDER": "brave"}, "TOOLKILN_SEARCH_API_KEY"),
+        (
+            {"TOOLKILN_SEARCH_PROVIDER": "searxng", "TOOLKILN_SEARCH_URL": "searx.local"},
+            "TOOLKILN_SEARCH_URL",
+        ),
+        ({"TOOLKILN_SMTP_URL": "http://mail.example.org"}, "TOOLKILN_SMTP_URL"),
+        ({"TOOLKILN_PUBLIC_URL": "tools.example.org"}, "TOOLKILN_PUBLIC_URL"),
+        ({"TOOLKILN_LLM_BASE_URL": "localhost:11434/v1"}, "TOOLKILN_LLM_BASE_URL"),
+        # e.g. `export TOOLKILN_FILE_SIGNING_KEY=$(cat /missing/file)`: links signed with
+        # an empty HMAC key
+        ({"TOOLKILN_FILE_SIGNING_KEY": ""}, "TOOLKILN_FILE_SIGNING_KEY"),
+    ],
+    ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()) if isinstance(v, dict) else v,
+)
+def test_a_wrong_value_is_an_invalid_setting_naming_it(
+    tmp_path: Path, settings: dict[str, str], named: str
+) -> None:
+    """docs/configuration.md: a wrong value is `error: invalid_setting: TOOLKILN_X: ...`.
+    These were checked only when the service was built (`startup_failed` with the
+    library's words: "ArgumentError: Could not parse SQLAlchemy URL", "ModuleNotFoundError:
+    No module named 'MySQLdb'", "unknown search provider 'bing'"), or not at all (a public
+    URL or model endpoint without a scheme, an empty signing key)."""
+    env = {"TOOLKILN_DATA_DIR": str(tmp_path), **settings}
+    line = one_line_error(toolkiln("migrate", env=env), "invalid_setting")
+    assert line.startswith(f"error: invalid_setting: {named}: "), line
+
+
 def test_command_refusal_is_one_line(tmp_path: Path) -> None:
     env = {"TOOLKILN_DATA_DIR": str(tmp_path)}
     one_line_error(toolkiln("token", "revoke", "no-such-token", env=env), "not_found")

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from toolkiln.cli import generate
 from toolkiln.cli.local import Local, locate, open_local
-from toolkiln.config import Settings
+from toolkiln.config import SettingError, Settings
 from toolkiln.domain.errors import ServiceUnavailable, ToolkilnError
 from toolkiln.domain.ids import rfc3339
 from toolkiln.domain.limits import MAX_TIMEOUT_MS
@@ -146,9 +146,7 @@ def _start(args: argparse.Namespace) -> Runtime | Local:
     try:
         settings = Settings()
     except ValidationError as exc:
-        first = exc.errors()[0]
-        name = "TOOLKILN_" + "_".join(str(p) for p in first["loc"]).upper()
-        raise ServiceUnavailable(f"{name}: {first['msg']}", code="invalid_setting") from exc
+        raise ServiceUnavailable(_setting_problem(exc), code="invalid_setting") from exc
     settings = locate(settings, args.command)
     if args.command not in FULL:
         local = open_local(settings)
@@ -165,6 +163,16 @@ def _start(args: argparse.Namespace) -> Runtime | Local:
         # Bound first: a taken port fails before migrations and sandbox pools start.
         args.listening = _listen(settings.host, settings.port)
     return build(settings, sandbox=True)
+
+
+def _setting_problem(exc: ValidationError) -> str:
+    """``TOOLKILN_X: what is wrong``, for the first problem pydantic found."""
+    first = exc.errors()[0]
+    cause = (first.get("ctx") or {}).get("error")
+    if isinstance(cause, SettingError):  # a rule between settings names its own variable
+        return str(cause)
+    name = "TOOLKILN_" + "_".join(str(p) for p in first["loc"]).upper()
+    return f"{name}: {first['msg'].removeprefix('Value error, ')}"
 
 
 def _run_full(args: argparse.Namespace, runtime: Runtime) -> None:
