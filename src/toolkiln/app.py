@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -42,6 +43,8 @@ from toolkiln.services.tools import ToolService
 from toolkiln.storage.database import Database
 from toolkiln.storage.notify import feed_for
 
+log = logging.getLogger("toolkiln")
+
 
 @dataclass(slots=True)
 class Runtime:
@@ -69,8 +72,8 @@ def build(settings: Settings, *, migrate: bool = True, sandbox: bool = True) -> 
     settings.ensure_data_dir()
     use_searcher(patterns.shared())  # a tool's regular expressions, out of the service's way
     database = Database(settings.resolved_database_url(), pool_size=settings.db_pool_size)
-    if migrate:
-        database.migrate()
+    if migrate and (revision := database.migrate()):
+        log.info("migrated the database to revision %s", revision)
     sandboxes: dict[str, Any] = {}
     if sandbox:
         sandboxes["python"] = PythonSandbox(

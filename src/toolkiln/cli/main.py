@@ -193,6 +193,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.INFO if args.command == "serve" else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # Alembic logs each step at INFO; a start that migrates says so in one line instead
+    # (toolkiln.app.build; `migrate` prints it), as docs/configuration.md has it.
+    logging.getLogger("alembic").setLevel(logging.WARNING)
     try:
         runtime = _start(args)
     except ToolkilnError as exc:
