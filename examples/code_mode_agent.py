@@ -81,6 +81,19 @@ def run_anthropic(
     return f"(stopped after {MAX_TURNS} turns)"
 
 
+def _key(given: str | None, env: str, base_url: str | None) -> str | None:
+    # A local server needs no key, but the SDKs refuse to work without one: a placeholder.
+    return given or os.environ.get(env) or ("none" if base_url else None)
+
+
+def openai_client(base_url: str | None, api_key: str | None) -> OpenAI:
+    return OpenAI(base_url=base_url, api_key=_key(api_key, "OPENAI_API_KEY", base_url))
+
+
+def anthropic_client(base_url: str | None, api_key: str | None) -> Anthropic:
+    return Anthropic(base_url=base_url, api_key=_key(api_key, "ANTHROPIC_API_KEY", base_url))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--sdk", choices=("openai", "anthropic"), default="openai")
@@ -89,18 +102,19 @@ def main() -> None:
     p.add_argument("--agent", required=True)
     p.add_argument("--model", default="gpt-4o-mini")
     p.add_argument("--base-url", default=None)
+    p.add_argument(
+        "--api-key", help="default OPENAI_API_KEY or ANTHROPIC_API_KEY; a local server needs none"
+    )
     p.add_argument("--prompt", required=True)
     args = p.parse_args()
     headers = {"Authorization": f"Bearer {args.token}"}
     with httpx.Client(base_url=args.toolkiln, headers=headers, timeout=60) as toolkiln:
         if args.sdk == "openai":
-            answer = run_openai(
-                toolkiln, args.agent, OpenAI(base_url=args.base_url), args.model, args.prompt
-            )
+            model = openai_client(args.base_url, args.api_key)
+            answer = run_openai(toolkiln, args.agent, model, args.model, args.prompt)
         else:
-            answer = run_anthropic(
-                toolkiln, args.agent, Anthropic(base_url=args.base_url), args.model, args.prompt
-            )
+            claude = anthropic_client(args.base_url, args.api_key)
+            answer = run_anthropic(toolkiln, args.agent, claude, args.model, args.prompt)
         print(answer)
 
 

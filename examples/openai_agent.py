@@ -45,6 +45,15 @@ def run_agent(
     return "(stopped after 10 turns)"
 
 
+KEY_HELP = "default OPENAI_API_KEY; a local server (--base-url) needs none"
+
+
+def model_client(base_url: str | None, api_key: str | None) -> OpenAI:
+    """A local OpenAI-compatible server needs no key, but the SDK refuses to start without
+    one: send a placeholder, as Toolkiln's own generation does."""
+    return OpenAI(base_url=base_url, api_key=api_key or ("none" if base_url else None))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--toolkiln", default="http://127.0.0.1:8080")
@@ -52,13 +61,13 @@ def main() -> None:
     p.add_argument("--agent", required=True)
     p.add_argument("--model", default="gpt-4o-mini")
     p.add_argument("--base-url", default=os.environ.get("OPENAI_BASE_URL"))
+    p.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"), help=KEY_HELP)
     p.add_argument("--prompt", required=True)
     args = p.parse_args()
+    model = model_client(args.base_url, args.api_key)
     headers = {"Authorization": f"Bearer {args.token}"}
     with httpx.Client(base_url=args.toolkiln, headers=headers, timeout=60) as toolkiln:
-        print(
-            run_agent(toolkiln, args.agent, OpenAI(base_url=args.base_url), args.model, args.prompt)
-        )
+        print(run_agent(toolkiln, args.agent, model, args.model, args.prompt))
 
 
 if __name__ == "__main__":

@@ -172,3 +172,21 @@ def test_anthropic_loop(client: TestClient, space: Space, rw, model_url: str) ->
         toolkiln, agent_id, model, "scripted", "6*7 and order A-42?"
     )
     assert answer == 'Answer: {"result": 42} | Order A-42 is shipped'
+
+
+@pytest.mark.parametrize("example", ["openai_agent", "anthropic_agent"])
+def test_a_loop_against_a_local_server_needs_no_api_key(
+    client: TestClient, space: Space, rw, model_url: str, monkeypatch, example: str
+) -> None:
+    """docs/agents.md: the loops work against a local endpoint (`--base-url`), which needs
+    no key. The SDKs refuse to work without one ("Missing credentials", "Could not resolve
+    authentication method"), so `python examples/openai_agent.py --base-url ...` crashed
+    unless OPENAI_API_KEY happened to be set; the tests above passed a key of their own."""
+    for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_ADMIN_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    toolkiln, agent_id = setup(client, space, rw)
+    module = load(example)
+    base = f"{model_url}/v1" if example == "openai_agent" else model_url
+    model = module.model_client(base, None)
+    answer = module.run_agent(toolkiln, agent_id, model, "scripted", "6*7 and order A-42?")
+    assert answer == 'Answer: {"result": 42} | Order A-42 is shipped'

@@ -101,3 +101,17 @@ def test_anthropic_code_mode_loop(client: TestClient, space: Space, rw, model_ur
     assert answer == EXPECTED
     description = seen[-1]["tools"][0]["description"]
     assert "def lookup_order_status(*, order_id: str) -> ToolResult" in description
+
+
+def test_code_mode_against_a_local_server_needs_no_api_key(
+    client: TestClient, space: Space, rw, model_url: str, monkeypatch
+) -> None:
+    """As tests/examples/test_agent_loops.py: no key in the environment, a local server."""
+    for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_ADMIN_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    toolkiln, agent_id = setup(client, space, rw, "coder")
+    example = load("code_mode_agent")
+    model = example.openai_client(f"{model_url}/v1", None)
+    assert example.run_openai(toolkiln, agent_id, model, "scripted", "go") == EXPECTED
+    claude = example.anthropic_client(model_url, None)
+    assert example.run_anthropic(toolkiln, agent_id, claude, "scripted", "go") == EXPECTED
