@@ -214,6 +214,23 @@ def test_system_endpoints(client: TestClient, rw) -> None:
     assert "toolkiln_http_request_duration_seconds_bucket" in text
 
 
+def test_the_document_lists_415_and_500_where_they_can_come(client: TestClient, rw) -> None:
+    """docs/api.md: every route that takes a body answers 415 `unsupported_media_type` to a
+    body not sent as JSON, and any route 500 `internal_error` (in the envelope) when the
+    service fails. The document listed neither, so a client generated from it had no type
+    for those answers."""
+    spec = client.get("/openapi.json").json()
+    missing = []
+    for path, ops in spec["paths"].items():
+        for method, op in ops.items():
+            wanted = {"500"} | ({"415"} if "requestBody" in op else set())
+            missing += [f"{method} {path} {c}" for c in sorted(wanted - set(op["responses"]))]
+    assert not missing, missing
+    plain = {**rw, "Content-Type": "text/plain"}
+    r = client.post("/v1/custom-tools", content=b'{"name": "x"}', headers=plain)
+    assert r.status_code == 415 and r.json()["error"]["code"] == "unsupported_media_type"
+
+
 def test_metrics_name_every_route_by_its_template(client: TestClient, space: Space, rw) -> None:
     """docs/api.md: requests are counted by route template. The invoke route's fast path
     (a plain Starlette route ahead of FastAPI's) and the MCP mount were counted as

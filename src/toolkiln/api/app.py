@@ -33,7 +33,8 @@ def create_app(
     lifespan: Lifespan = _no_lifespan,
 ) -> FastAPI:
     error_responses: dict[int | str, dict[str, Any]] = {
-        code: {"model": ErrorEnvelope} for code in (400, 401, 403, 404, 409, 413, 422, 502, 503)
+        code: {"model": ErrorEnvelope}
+        for code in (400, 401, 403, 404, 409, 413, 422, 500, 502, 503)
     }
     app = FastAPI(
         title="Toolkiln",
@@ -46,6 +47,7 @@ def create_app(
         docs_url=None,
         redoc_url=None,
     )
+    app.openapi = _with_415(app)  # type: ignore[method-assign]
     app.state.services = services
     app.state.offload = Offload()
     app.state.metrics_token = metrics_token
@@ -61,3 +63,31 @@ def create_app(
     app.add_middleware(NoNul)
     app.add_middleware(Metrics, registry=app.state.registry)
     return app
+
+
+def _with_415(app: FastAPI) -> Callable[[], dict[str, Any]]:
+    """FastAPI's document, plus 415 on every operation that takes a body: BodyLimit answers
+    it to a body not sent as JSON, before any route runs (docs/api.md, Conventions)."""
+    made = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            spec = made()
+            for ops in spec.get("paths", {}).values():
+                for op in ops.values():
+                    if isinstance(op, dict) and "requestBody" in op:
+                        op["responses"].setdefault(
+                            "415",
+                            {
+                                "description": "Unsupported Media Type",
+                                "content": {
+                                    "application/json": {
+                                        "schema": {"$ref": "#/components/schemas/ErrorEnvelope"}
+                                    }
+                                },
+                            },
+                        )
+            app.openapi_schema = spec
+        return app.openapi_schema
+
+    return openapi
