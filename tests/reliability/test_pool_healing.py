@@ -202,11 +202,17 @@ def test_a_javascript_call_killed_from_outside_is_infra(javascript: JavaScriptSa
     worker = threading.Thread(target=lambda: box.setdefault("out", run(javascript, code, link)))
     worker.start()
     until(started.is_set, "the call to start")
-    # Idle workers wait in the queue; the busy one is the one not there.
-    with javascript.template._cond:
-        idle = {c.global_pid for c in javascript.template._ready}
-    busy = [p for p in pids_of_uid_range(javascript) if p not in idle]
-    assert len(busy) == 1, busy
+    # Idle workers wait in the queue; the busy one is the one not there. A worker being made
+    # (a replacement the earlier tests asked for) is not there yet either: wait until it is.
+    busy: list[int] = []
+
+    def one_busy() -> bool:
+        with javascript.template._cond:
+            idle = {c.global_pid for c in javascript.template._ready}
+        busy[:] = [p for p in pids_of_uid_range(javascript) if p not in idle]
+        return len(busy) == 1
+
+    until(one_busy, "only the running call's worker outside the queue")
     os.kill(busy[0], signal.SIGKILL)
     worker.join(timeout=15)
     assert not worker.is_alive()
