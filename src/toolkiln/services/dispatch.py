@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from toolkiln.domain.builtin import BuiltinCall, BuiltinFailure, BuiltinSpec
+from toolkiln.domain.errors import ServiceUnavailable
 from toolkiln.domain.origin import Origin
 from toolkiln.domain.problems import scrub
 from toolkiln.domain.records import Policy
@@ -92,6 +93,8 @@ class Builtins:
         except BuiltinFailure as failure:
             details = failure.details if failure.details is not None else None
             return refused(call_id, None, None, error(failure.code, failure.message, details))
+        except ServiceUnavailable:
+            raise  # the database is away: an outage for the caller (Router), not a bug here
         except Exception:  # a built-in's bug must not take the caller down
             log.exception("built-in %s failed", name)
             err = error("builtin_failed", f"{name} failed inside the service.")

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from toolkiln.domain.builtin import RUN_CODE_SPEC, BuiltinSpec
 from toolkiln.domain.code_check import check_code, entrypoint_of
 from toolkiln.domain.codemode import PROGRAM_TIMEOUT_MS, RUN_PROGRAM, RUN_PROGRAM_SCHEMA
+from toolkiln.domain.errors import ServiceUnavailable
 from toolkiln.domain.formats import CUSTOM_PREFIX
 from toolkiln.domain.ids import new_id
 from toolkiln.domain.limits import MAX_CTX_NAME_CHARS
@@ -83,7 +84,14 @@ class Router:
         if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME_CHARS:
             err = error("unknown_tool", "Tool names are 1-128 characters.")
             return to_ctx("refused", refused(origin.call_id, None, None, err))
-        kind, result = self._route(origin, name, payload, nested=True)
+        try:
+            kind, result = self._route(origin, name, payload, nested=True)
+        except ServiceUnavailable as exc:
+            # The database went away under this ctx call (its tool's read, a nested run's
+            # admission or record, a built-in's write): the code gets the error envelope,
+            # as for any failing call (CONTRACT 5), and its own record decides the rest.
+            err = error(exc.code, exc.message)
+            return to_ctx("refused", refused(origin.call_id, None, None, err))
         return to_ctx(kind, result)
 
     def run_tool(self, origin: Origin, tool: Tool, payload: Any, *, read_at: float) -> Result:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from toolkiln.domain.errors import ServiceUnavailable
 from toolkiln.domain.execution import RunOutcome, RunRequest
 from toolkiln.domain.ids import utcnow
 from toolkiln.domain.limits import MAX_TIMEOUT_MS
@@ -134,6 +135,11 @@ class Runs:
             # The run's ctx calls (built-ins above all) are bounded by this run's deadline.
             link = _Link(origin.within(timeout_ms), from_code, admit)
             outcome = runner.run(request, link)
+        except ServiceUnavailable:
+            # The database (the run's admission, a ctx call's read or write), not the
+            # sandbox: the caller's outage, answered 503 (or, under a ctx call, the
+            # ``unavailable`` envelope: Router.from_code), never a stored infra_error.
+            raise
         except Exception as exc:
             return RunOutcome(
                 "infra",
