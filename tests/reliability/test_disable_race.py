@@ -7,6 +7,7 @@ three fast failures disable the tool, then it succeeds late, then three more cal
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections.abc import Iterator
@@ -16,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import own_service
+from tests.conftest import PG_URL, own_service
+from tests.reliability.harness import fresh_postgres_database
 
 TOKEN = "tk_reliability-race-admin"
 WAIT_S = 30  # an upper bound for the gate, never reached when things work
@@ -124,3 +126,58 @@ def test_one_disable_per_transition_and_a_late_success_changes_nothing(
             "/v1/audit", params={"tool_id": tool["id"], "event": "tool.disabled"}, headers=h
         ).json()["data"]
         assert len(rows) == 2
+
+
+JS_FAILING = """
+async function main(p) {
+  const t = Date.now(); while (Date.now() - t < 300) {}
+  if (p.never) return {message: 'unreached'};
+  throw new Error('slow failure');
+}
+"""
+
+
+@pytest.mark.parametrize("backend_url", ["sqlite", "postgresql"])
+def test_calls_queued_behind_the_disabling_failure_are_not_run(
+    tmp_path: Path, backend_url: str
+) -> None:
+    # One JavaScript worker: six calls at once run one after another. The third failure
+    # disables the tool, so the three queued behind it must not run (CONTRACT 4). The
+    # fourth took the worker the moment the third's run ended, before the third's record
+    # (the disable) was committed, and ran: four failures, one of them after the tool was
+    # disabled (reproduced with two replicas on PostgreSQL, and in process).
+    settings: dict[str, Any] = {"sandbox_js_workers": 1}
+    with contextlib.ExitStack() as stack:
+        if backend_url == "postgresql":
+            settings["database_url"] = stack.enter_context(fresh_postgres_database(PG_URL))
+        _, client, who = stack.enter_context(own_service(tmp_path, TOKEN, **settings))
+        h = {"Authorization": f"Bearer {TOKEN}"}
+        body = {
+            "workspace_id": who.workspace_id,
+            "name": "slow-failure",
+            "language": "javascript",
+            "code": JS_FAILING,
+            "input_schema": {"type": "object"},
+            "timeout_ms": 20000,
+        }
+        tool = client.post("/v1/custom-tools", json=body, headers=h).json()["data"]
+        url = f"/v1/custom-tools/{tool['id']}/invoke"
+        codes: list[str] = []
+
+        def call() -> None:
+            r = client.post(url, json={"input": {}}, headers=h)
+            assert r.status_code == 200, r.text
+            codes.append(r.json()["data"]["error"]["code"])
+
+        threads = [threading.Thread(target=call) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert sorted(codes) == ["runtime_error"] * 3 + ["tool_disabled"] * 3, codes
+        state = client.get(f"/v1/custom-tools/{tool['id']}", headers=h).json()["data"]
+        assert (state["status"], state["usage_count"], state["failure_count"]) == (
+            "disabled",
+            3,
+            3,
+        )

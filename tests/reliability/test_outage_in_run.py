@@ -100,16 +100,21 @@ async function main(p) {
 def test_a_run_whose_admission_meets_an_outage_is_a_503(tmp_path: Path, pg_url: str) -> None:
     settings = {"database_url": pg_url, "sandbox_js_workers": 1}
     with own_service(tmp_path, TOKEN, **settings) as (_, client, who):
-        tool = _create(
-            client, who.workspace_id, "slow", JS_SLOW, language="javascript",
-            input_schema={"type": "object"}, timeout_ms=20000,
-        )  # fmt: skip
-        url = f"/v1/custom-tools/{tool['id']}/invoke"
-        assert client.post(url, json={"input": {}}, headers=_h()).status_code == 200  # warm
+        # Two tools, so that the second call waits for the worker, not for the first
+        # call's record (which the lock holds up as well).
+        urls = {}
+        for key in ("first", "second"):
+            tool = _create(
+                client, who.workspace_id, f"slow-{key}", JS_SLOW, language="javascript",
+                input_schema={"type": "object"}, timeout_ms=20000,
+            )  # fmt: skip
+            urls[key] = f"/v1/custom-tools/{tool['id']}/invoke"
+        warm = client.post(urls["first"], json={"input": {}}, headers=_h())
+        assert warm.status_code == 200
         answers: dict[str, Any] = {}
 
         def call(key: str) -> None:
-            answers[key] = client.post(url, json={"input": {}}, headers=_h())
+            answers[key] = client.post(urls[key], json={"input": {}}, headers=_h())
 
         first = threading.Thread(target=call, args=("first",))
         first.start()

@@ -74,6 +74,12 @@ class RunLink(Protocol):
         while the call waited for a process."""
         ...
 
+    def ended(self) -> None:
+        """Called once an admitted run is over, before its process and slot are handed to
+        another call (optional: the sandbox calls it when the link has it), so that a call
+        queued behind this one is admitted only once this run's record is written."""
+        ...
+
     def call(self, name: str, payload: Any) -> Any:
         """A ``ctx.tools`` call; returns the value or error envelope the code receives."""
         ...

@@ -372,6 +372,11 @@ class PythonSandbox:
             if chan is not None and chan is not child.sock:
                 chan.close()
             member.exit()
+            # Before the process (and the call's slot) can go to a call queued behind this
+            # one: that call's admission then waits for this run's record (RunLink.ended).
+            ended = getattr(link, "ended", None)
+            if ended is not None:
+                ended()
             self._release(child, outcome, clean)
         assert outcome is not None
         outcome.duration_ms = (time.perf_counter() - started) * 1000
@@ -447,6 +452,9 @@ class _SourceOnly:
 
     def admit(self) -> bool:
         return True
+
+    def ended(self) -> None:
+        return None
 
     def call(self, name: str, payload: Any) -> Any:
         return {"error": "unknown_tool"}

@@ -49,6 +49,7 @@ class Router:
             OrderedDict()
         )
         self._lock = threading.Lock()
+        self._unrecorded = _Unrecorded()
 
     # -- entry points
 
@@ -110,10 +111,27 @@ class Router:
             err = error("invalid_input", "The input does not match the tool's schema.", problems)
             return self._recorded(run, tool, refused(run.call_id, tool.id, tool.version, err))
         code = Code(tool.language, tool.code, entry, tool.timeout_ms)
-        outcome = self._runs.run(
-            run, code, payload, self.from_code, admit=lambda: self._active(tool.id, read_at)
-        )
-        return self._recorded(run, tool, Runs.shape(run, code, tool.version, outcome))
+        ended = False
+
+        def on_end() -> None:  # the run is over; its process is about to be handed on
+            nonlocal ended
+            if not ended:
+                ended = True
+                self._unrecorded.add(tool.id)
+
+        try:
+            outcome = self._runs.run(
+                run,
+                code,
+                payload,
+                self.from_code,
+                admit=lambda: self._active(tool.id, read_at, run.deadline),
+                ended=on_end,
+            )
+            return self._recorded(run, tool, Runs.shape(run, code, tool.version, outcome))
+        finally:
+            if ended:
+                self._unrecorded.done(tool.id)
 
     def run_draft(self, origin: Origin, code: Code, schema: dict[str, Any], payload: Any) -> Result:
         """Run unsaved code once (a test run, a test case, a generated example): nothing is
@@ -283,12 +301,18 @@ class Router:
                 budget.policy = tx.workspaces.policy(origin.workspace_id)
         return budget.policy
 
-    def _active(self, tool_id: str, read_at: float) -> bool:
+    def _active(self, tool_id: str, read_at: float, deadline: float) -> bool:
         """The status when the run starts, not when the request arrived (CONTRACT 4): the
         status read with the tool stands when a sandbox process was ready within
         ``ADMIT_FRESH_S`` of when that read began (a warm process: no queue to be disabled
-        behind); a call that waited longer reads it again."""
-        if time.monotonic() - read_at <= ADMIT_FRESH_S:
+        behind); a call that waited longer reads it again.
+
+        A run of the same tool that ended here and whose record (the counters: maybe the
+        disable) is still being written is waited for first: the process this call got
+        may be the one that run gave back, and the call is queued behind that run. (It
+        ran, as a fourth failure after the disabling third, when the read came first.)"""
+        waited = self._unrecorded.wait(tool_id, deadline)
+        if not waited and time.monotonic() - read_at <= ADMIT_FRESH_S:
             return True
         with self._uow(readonly=True) as tx:
             return tx.tools.status(tool_id) == "active"
@@ -307,6 +331,37 @@ class Router:
             while len(self._compiled_cache) > 1024:
                 self._compiled_cache.popitem(last=False)
         return made
+
+
+class _Unrecorded:
+    """Runs of each tool that ended in this process and whose record is not written yet."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._count: dict[str, int] = {}
+
+    def add(self, tool_id: str) -> None:
+        with self._cond:
+            self._count[tool_id] = self._count.get(tool_id, 0) + 1
+
+    def done(self, tool_id: str) -> None:
+        with self._cond:
+            left = self._count.get(tool_id, 0) - 1
+            if left > 0:
+                self._count[tool_id] = left
+            else:
+                self._count.pop(tool_id, None)
+                self._cond.notify_all()
+
+    def wait(self, tool_id: str, deadline: float) -> bool:
+        """Until no run of the tool awaits its record (at most until ``deadline``, a
+        ``time.monotonic()``); whether there was one to wait for."""
+        with self._cond:
+            if not self._count.get(tool_id):
+                return False
+            while self._count.get(tool_id) and (left := deadline - time.monotonic()) > 0:
+                self._cond.wait(left)
+            return True
 
 
 _RUN_CODE_VALIDATOR = compile_validator(RUN_CODE_SPEC.input_schema)

@@ -44,16 +44,26 @@ class Code:
 class _Link:
     """One run's RunLink: ctx calls go to the router with this run's origin."""
 
-    __slots__ = ("_admit", "_by_code", "_from_code", "_origin")
+    __slots__ = ("_admit", "_by_code", "_ended", "_from_code", "_origin")
 
-    def __init__(self, origin: Origin, from_code: FromCode, admit: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        origin: Origin,
+        from_code: FromCode,
+        admit: Callable[[], bool],
+        ended: Callable[[], None],
+    ) -> None:
         self._origin = origin
         self._from_code = from_code
         self._admit = admit
+        self._ended = ended
         self._by_code: Origin | None = None  # origin.from_code(), made once (it is frozen)
 
     def admit(self) -> bool:
         return self._admit()
+
+    def ended(self) -> None:
+        self._ended()
 
     def _code(self) -> Origin:
         if self._by_code is None:
@@ -104,6 +114,7 @@ class Runs:
         payload: Any,
         from_code: FromCode,
         admit: Callable[[], bool] = lambda: True,
+        ended: Callable[[], None] = lambda: None,
     ) -> RunOutcome:
         """One run, bounded by the code's timeout and the time the whole call has left (the
         sandbox may wait for a process within that time, then runs with what is left)."""
@@ -133,7 +144,7 @@ class Runs:
         started = time.perf_counter()
         try:
             # The run's ctx calls (built-ins above all) are bounded by this run's deadline.
-            link = _Link(origin.within(timeout_ms), from_code, admit)
+            link = _Link(origin.within(timeout_ms), from_code, admit, ended)
             outcome = runner.run(request, link)
         except ServiceUnavailable:
             # The database (the run's admission, a ctx call's read or write), not the
