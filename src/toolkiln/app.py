@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -67,6 +68,15 @@ class Runtime:
         self.database.dispose()
 
 
+def _signing_key(settings: Settings, database: Database) -> bytes:
+    """The key of file links: TOOLKILN_FILE_SIGNING_KEY, else one generated once and kept in
+    the database, so every replica signs and accepts the same links (CONTRACT 11)."""
+    if settings.file_signing_key is not None:
+        return settings.file_signing_key.get_secret_value().encode()
+    seed = settings.legacy_signing_key() or secrets.token_hex(32)
+    return database.shared_secret("file_signing_key", seed).encode()
+
+
 def build(settings: Settings, *, migrate: bool = True, sandbox: bool = True) -> Runtime:
     """``sandbox=False`` for CLI commands that only touch the database."""
     settings.ensure_data_dir()
@@ -91,7 +101,7 @@ def build(settings: Settings, *, migrate: bool = True, sandbox: bool = True) -> 
         )
     runners: dict[str, CodeRunner] = dict(sandboxes)
     uow = database.transaction
-    files = FileService(uow, settings.signing_key(), settings.resolved_public_url())
+    files = FileService(uow, _signing_key(settings, database), settings.resolved_public_url())
     runs = Runs(uow, runners)
     router = Router(uow, Builtins(_builtins(settings, uow, files)), runs)
     drafts = DraftRunner(router, runs)  # test runs and test cases: uncounted runs of a draft

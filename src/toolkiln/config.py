@@ -133,17 +133,13 @@ class Settings(BaseSettings):
     def resolved_public_url(self) -> str:
         return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")
 
-    def signing_key(self) -> bytes:
-        """The key that signs file links; replicas must share it (set it explicitly)."""
-        if self.file_signing_key is not None:
-            return self.file_signing_key.get_secret_value().encode()
+    def legacy_signing_key(self) -> str | None:
+        """The key an earlier version generated into the data dir, if any: the first replica
+        to start with one seeds the shared key with it, so the links it made stay valid."""
         path = self.data_dir / "signing.key"
         if not path.exists():
-            import secrets
-
-            path.write_text(secrets.token_hex(32))
-            path.chmod(0o600)
-        return path.read_text().strip().encode()
+            return None
+        return path.read_text().strip() or None
 
     def ensure_data_dir(self) -> None:
         """Create the data directory and prove it writable (``data_dir_not_writable`` if

@@ -20,8 +20,11 @@ from typing import Any
 import anyio
 import psycopg
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from toolkiln.domain.errors import Conflict, ServiceUnavailable
+from toolkiln.storage import tables
 from toolkiln.storage.prepared import on_cursor
 from toolkiln.storage.repos import SqlUnitOfWork
 
@@ -224,6 +227,16 @@ class Database:
             full = "database or disk is full" in str(exc).lower()
             why = DISK_FULL if full else UNREACHABLE
             raise ServiceUnavailable(why, code="unavailable") from exc
+
+    def shared_secret(self, name: str, seed: str) -> str:
+        """The secret ``name`` every replica on this database reads: the first to ask
+        stores ``seed``, later ones (and restarts) get what was stored."""
+        table = tables.service_secrets
+        insert = (pg_insert if self.engine.dialect.name == "postgresql" else sqlite_insert)(table)
+        with self.engine.begin() as conn:
+            conn.execute(insert.values(name=name, value=seed).on_conflict_do_nothing())
+            value = conn.execute(sa.select(table.c.value).where(table.c.name == name)).scalar_one()
+        return str(value)
 
     def checkpoint(self) -> tuple[int, int] | None:
         """Copy what the SQLite WAL holds back into the database, without waiting for

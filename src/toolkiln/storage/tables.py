@@ -164,3 +164,12 @@ agent_tools = sa.Table(
     sa.Column("version", sa.Integer),  # null: follow the tool's current version
     sa.Column("created_at", Moment, nullable=False),
 )
+
+# Secrets the service makes for itself (the file-link key when none is configured): one row
+# each, the same for every replica on the database.
+service_secrets = sa.Table(
+    "service_secrets",
+    metadata,
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("value", sa.String(256), nullable=False),
+)
