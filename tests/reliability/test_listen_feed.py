@@ -42,11 +42,13 @@ class GoesQuiet:
             server = socket.create_connection(self.target)
             self.conns += [client, server]
             ready = threading.Event()
-            threading.Thread(target=self._pipe, args=(server, client, ready), daemon=True).start()
-            threading.Thread(target=self._pipe, args=(client, server, ready), daemon=True).start()
+            for src, dst, from_server in ((server, client, True), (client, server, False)):
+                args = (src, dst, ready, from_server)
+                threading.Thread(target=self._pipe, args=args, daemon=True).start()
 
-    def _pipe(self, src: socket.socket, dst: socket.socket, ready: threading.Event) -> None:
-        from_server = src.getpeername()[1] == self.target[1]
+    def _pipe(
+        self, src: socket.socket, dst: socket.socket, ready: threading.Event, from_server: bool
+    ) -> None:
         seen = b""
         while True:
             try:
