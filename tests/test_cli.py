@@ -32,12 +32,20 @@ def test_workspace_and_token_lifecycle(tmp_path: Path) -> None:
     made = run(tmp_path, "workspace", "create", "acme")
     assert made.returncode == 0, made.stderr
     ws = json.loads(made.stdout)
-    issued = run(tmp_path, "token", "create", "--workspace", "acme", "--scopes", "read,write")
+    assert set(ws) == {"id", "name", "created_at"}
+    issued = run(
+        tmp_path, "token", "create", "--workspace", "acme", "--scopes", "read,write", "--name", "ci"
+    )
     assert issued.returncode == 0, issued.stderr
     token = json.loads(issued.stdout)
     assert token["workspace_id"] == ws["id"] and token["scopes"] == ["read", "write"]
+    # The shape POST /v1/tokens answers (CONTRACT 2: the CLI does the same).
+    assert {"id", "token", "workspace_id", "scopes", "name", "created_at"} <= set(token)
+    assert token["name"] == "ci"
     listed = run(tmp_path, "token", "list", "--workspace", "acme")
     assert token["token"] not in listed.stdout and token["id"] in listed.stdout
+    (row,) = [t for t in json.loads(listed.stdout) if t["id"] == token["id"]]
+    assert row["created_at"] == token["created_at"] and row["revoked"] is False
 
     runtime = build(Settings(data_dir=tmp_path))
     try:

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
+from toolkiln.api import serialize
 from toolkiln.cli import generate
 from toolkiln.cli.local import Local, locate, open_local
 from toolkiln.config import SettingError, Settings
 from toolkiln.domain.errors import ServiceUnavailable, ToolkilnError
-from toolkiln.domain.ids import rfc3339
 from toolkiln.domain.limits import MAX_TIMEOUT_MS
 
 if TYPE_CHECKING:
@@ -220,38 +220,21 @@ def _run(args: argparse.Namespace, runtime: Runtime | Local) -> None:
     if args.command == "migrate":
         print("database is at the newest migration")
     elif args.command == "workspace" and args.action == "create":
-        w = access.create_workspace(None, args.name)
-        _print({"id": w.id, "name": w.name, "created_at": rfc3339(w.created_at)})
+        # The API's shapes (POST /v1/workspaces, /v1/tokens): the CLI "does the same".
+        _print(serialize.workspace(access.create_workspace(None, args.name)))
     elif args.command == "workspace" and args.action == "list":
-        _print([{"id": w.id, "name": w.name} for w in access.resolve_all()])
+        _print([serialize.workspace(w) for w in access.resolve_all()])
     elif args.command == "token" and args.action == "create":
         workspace = access.resolve_workspace(args.workspace)
         issued = access.create_token(None, workspace.id, args.scopes, args.name)
-        _print(
-            {
-                "id": issued.record.id,
-                "token": issued.value,
-                "workspace_id": workspace.id,
-                "scopes": sorted(issued.record.scopes),
-            }
-        )
+        _print(serialize.token(issued.record, issued.value))
     elif args.command == "token" and args.action == "revoke":
         access.revoke_token(None, args.token_id)
         print(f"revoked {args.token_id}")
     elif args.command == "token" and args.action == "list":
         ws_id = access.resolve_workspace(args.workspace).id if args.workspace else None
-        _print(
-            [
-                {
-                    "id": t.id,
-                    "workspace_id": t.workspace_id,
-                    "scopes": sorted(t.scopes),
-                    "name": t.name,
-                    "revoked": t.revoked_at is not None,
-                }
-                for t in access.all_tokens(ws_id)
-            ]
-        )
+        tokens = access.all_tokens(ws_id)
+        _print([{**serialize.token(t), "revoked": t.revoked_at is not None} for t in tokens])
 
 
 if __name__ == "__main__":
