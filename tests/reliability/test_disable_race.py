@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
 
 from tests.conftest import PG_URL, own_service
 from tests.reliability.harness import fresh_postgres_database
@@ -80,15 +81,7 @@ def test_one_disable_per_transition_and_a_late_success_changes_nothing(
         who,
     ):
         h = {"Authorization": f"Bearer {TOKEN}"}
-        body = {
-            "workspace_id": who.workspace_id,
-            "name": "flaky",
-            "language": "python",
-            "code": CODE,
-            "input_schema": {"type": "object"},
-            "timeout_ms": 20000,
-        }
-        tool = client.post("/v1/custom-tools", json=body, headers=h).json()["data"]
+        tool = _create(client, who.workspace_id, "flaky", "python", CODE)
         url = f"/v1/custom-tools/{tool['id']}/invoke"
 
         def call(mode: str) -> dict[str, Any]:
@@ -152,15 +145,7 @@ def test_calls_queued_behind_the_disabling_failure_are_not_run(
             settings["database_url"] = stack.enter_context(fresh_postgres_database(PG_URL))
         _, client, who = stack.enter_context(own_service(tmp_path, TOKEN, **settings))
         h = {"Authorization": f"Bearer {TOKEN}"}
-        body = {
-            "workspace_id": who.workspace_id,
-            "name": "slow-failure",
-            "language": "javascript",
-            "code": JS_FAILING,
-            "input_schema": {"type": "object"},
-            "timeout_ms": 20000,
-        }
-        tool = client.post("/v1/custom-tools", json=body, headers=h).json()["data"]
+        tool = _create(client, who.workspace_id, "slow-failure", "javascript", JS_FAILING)
         url = f"/v1/custom-tools/{tool['id']}/invoke"
         codes: list[str] = []
 
@@ -181,3 +166,18 @@ def test_calls_queued_behind_the_disabling_failure_are_not_run(
             3,
             3,
         )
+
+
+def _create(client: TestClient, workspace_id: str, name: str, language: str, code: str) -> dict:
+    """A tool taking any object, with time enough for every call the tests queue."""
+    body = {
+        "workspace_id": workspace_id,
+        "name": name,
+        "language": language,
+        "code": code,
+        "input_schema": {"type": "object"},
+        "timeout_ms": 20000,
+    }
+    r = client.post("/v1/custom-tools", json=body, headers={"Authorization": f"Bearer {TOKEN}"})
+    assert r.status_code == 201, r.text
+    return dict(r.json()["data"])

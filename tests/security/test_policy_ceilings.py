@@ -57,16 +57,7 @@ def test_a_program_is_held_to_the_workspace_ceiling(
     if asked is not None:
         arguments["timeout_ms"] = asked
 
-    def call() -> dict:
-        r = target.client.post(
-            f"/v1/agents/{agent}/tool-calls",
-            json={"name": "run_program", "arguments": arguments},
-            headers=t.headers,
-        )
-        assert r.status_code == 200, r.text
-        return dict(r.json()["data"])
-
-    _stopped_at_the_ceiling(*_timed(call))
+    _stopped_at_the_ceiling(*_timed(lambda: _tool_call(target, t, agent, "run_program", arguments)))
     target.assert_contained()
 
 
@@ -84,14 +75,19 @@ def test_run_code_is_held_to_the_workspace_ceiling(
 
     def by_the_agent() -> dict:
         arguments = {"language": language, "code": SLEEPER[language]}
-        r = target.client.post(
-            f"/v1/agents/{agent}/tool-calls",
-            json={"name": "run_code", "arguments": arguments},
-            headers=t.headers,
-        )
-        assert r.status_code == 200, r.text
-        return dict(r.json()["data"])
+        return _tool_call(target, t, agent, "run_code", arguments)
 
     _stopped_at_the_ceiling(*_timed(over_the_api))
     _stopped_at_the_ceiling(*_timed(by_the_agent))
     target.assert_contained()
+
+
+def _tool_call(target: Target, t: Tenant, agent: str, name: str, arguments: dict) -> dict:
+    """One agent tool call over the API; its Result."""
+    r = target.client.post(
+        f"/v1/agents/{agent}/tool-calls",
+        json={"name": name, "arguments": arguments},
+        headers=t.headers,
+    )
+    assert r.status_code == 200, r.text
+    return dict(r.json()["data"])
