@@ -12,7 +12,7 @@ CHROMIUM ?= /usr/bin/chromium
 
 .PHONY: install serve test lint bench bench-code-mode clean browser nginx
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml src/toolkiln/sandbox/jail/_spawn.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	rm -f $(VENV)/.installed-* && touch $@

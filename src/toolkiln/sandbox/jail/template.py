@@ -12,7 +12,8 @@ environment. Steps, once per template (the expensive part, per SANDBOX-NOTES):
 Then, per child (ahead of any request): fork, drop to a uid of its own, set rlimits,
 no_new_privs, seccomp; hand the host a pidfd and one end of a socketpair over the control
 socket (SCM_RIGHTS). The host talks to the child directly; the template reaps children and
-reports how each one ended.
+reports how each one ended. That loop is C (_spawn.c): the template's Python, run between
+two forks, wrote ~130 pages its children shared, each copied (docs/benchmarks.md, step 45).
 """
 
 from __future__ import annotations
@@ -22,16 +23,16 @@ import contextlib
 import gc
 import json
 import os
-import select
+import random
 import signal
 import socket
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import _spawn
 import child
 import linux
-import protocol
 import pyrunner
 import seccomp
 
@@ -174,6 +175,10 @@ def _setup(cfg: dict, ctl: socket.socket) -> dict:
 
 
 class Template:
+    """What the template does between two children is _spawn.c's (a C loop, so that the
+    template writes few pages its children share); this class holds what runs in Python:
+    a new child's start, and emptying a scratch directory a child left files in."""
+
     def __init__(
         self,
         cfg: dict,
@@ -184,156 +189,77 @@ class Template:
         self.cfg = cfg
         self.ctl = ctl
         self.installer = installer
-        base = int(cfg["uid_base"])
-        self.free_uids = list(range(base, base + int(cfg["uid_count"])))
-        # /tmp is the jail's own (the new root was built): a tmpfs per uid (_build_root).
-        # Else (insecure mode without a mount namespace) it is the host's.
+        # /tmp is the jail's own (the new root was built): a tmpfs per uid (_build_root),
+        # a new directory per child in it. Else (insecure mode without a mount namespace)
+        # it is the host's, a directory per uid.
         self.own_tmp = own_tmp
-        self.made = 0  # children made: each child's scratch directory has a new name
-        self.dirty: set[int] = set()  # uids whose tmpfs could not be emptied (_empty)
-        self.live: dict[int, tuple[int, str]] = {}
-        self.pending = 0
         self.javascript = cfg.get("runtime") == "javascript"
 
-    def spawn(self) -> None:
-        if not self.free_uids:
-            self.pending += 1  # at capacity: spawn when a child ends and frees its uid
-            return
-        uid = self.free_uids.pop(0)
-        # Between forks the template does as little as it can: every page it writes while a
-        # child shares it is copied (~140 copy-on-write faults in the template per child).
-        if self.own_tmp:
-            # A directory never used before, in the uid's own tmpfs (emptied at each reap):
-            # a descriptor an earlier process kept open names a directory that is gone.
-            self.made += 1
-            scratch = f"/tmp/{uid}/{self.made}"
-            os.mkdir(scratch, 0o700)
-            os.chown(scratch, uid, uid)
-        else:
-            scratch = f"/tmp/{uid}"
-            _plain_scratch(scratch, uid)
-        # The C sockets and sendmsg, not socket.py's wrappers (socketpair, send_fds): their
-        # Python touched ~15 more pages per child (docs/benchmarks.md, step 42).
-        host_end, child_end = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
-        # A JavaScript worker is long-lived and starts threads (V8): CPython's own fork.
-        pid = os.fork() if self.javascript else linux.fork()
-        if pid == 0:
-            try:
-                host_end.close()
-                if self.cfg.get("warm_nice"):
-                    os.setpriority(os.PRIO_PROCESS, 0, int(self.cfg["warm_nice"]))
-                child.become(child_end, uid, scratch, self.cfg, self.installer)
-                if self.javascript:
-                    jsrunner.serve(child_end, self.cfg, _mini_racer, pyrunner._Link)
-                else:
-                    pyrunner.serve(child_end, self.cfg)
-            finally:
-                os._exit(70)
-        child_end.close()
-        pidfd = os.pidfd_open(pid)
+    def loop(self) -> None:
+        """Make, hand over and reap children until the host stops (or goes); in a new
+        child, become the child and serve its one request (never returns there)."""
+        made = _spawn.serve(
+            ctl=self.ctl.fileno(),
+            uid_base=int(self.cfg["uid_base"]),
+            uid_count=int(self.cfg["uid_count"]),
+            warm=int(self.cfg["warm"]),
+            javascript=self.javascript,
+            own_tmp=self.own_tmp,
+            warm_nice=int(self.cfg.get("warm_nice") or 0),
+            prepare=_plain_scratch,
+            empty=self._empty if self.own_tmp else _remove_plain,
+        )
+        if made is not None:
+            self._child(*made)
+
+    def _child(self, uid: int, scratch: str, fd: int) -> None:
         try:
-            msg = b'{"op": "ready", "pid": %d, "uid": %d}' % (pid, uid)  # JSON, as the host reads
-            fds = pidfd.to_bytes(4, sys.byteorder) + host_end.fileno().to_bytes(4, sys.byteorder)
-            self.ctl.sendmsg([msg], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
+            if not self.javascript:
+                random.seed()  # forked without CPython's after-fork hooks (linux.fork)
+            child_end = _socket.socket(fileno=fd)
+            child.become(child_end, uid, scratch, self.cfg, self.installer)
+            if self.javascript:
+                jsrunner.serve(child_end, self.cfg, _mini_racer, pyrunner._Link)
+            else:
+                pyrunner.serve(child_end, self.cfg)
         finally:
-            os.close(pidfd)
-            host_end.close()
-        self.live[pid] = (uid, scratch)
+            os._exit(70)
 
-    def reap(self) -> None:
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
-            info = self.live.pop(pid, None)
-            if info is None:
-                continue
-            uid, scratch = info
-            if self.own_tmp:
-                self._empty(uid, scratch)
-            else:
-                _remove_tree(scratch)
-            self.free_uids.append(uid)
-            if os.WIFSIGNALED(status):
-                how = b'"signal": %d' % os.WTERMSIG(status)
-            else:
-                how = b'"code": %d' % os.WEXITSTATUS(status)
-            self.ctl.send(b'{"op": "exit", "pid": %d, %s}' % (pid, how))
-        # Children asked for while every uid was in use: made once uids are free. (This ran
-        # only after the loop above, which returned: none owed was ever made.)
-        while self.pending and self.free_uids:
-            self.pending -= 1
-            self.spawn()
-
-    def _empty(self, uid: int, scratch: str) -> None:
-        """Nothing of a reaped child stays in its uid's tmpfs. Most tools leave no file: one
-        rmdir. Else the tmpfs is detached and a new one mounted in its place (~0.5 ms, and
-        the kernel frees what it held: at most its cap of files, ~20 ms for 8,192); a
-        descriptor another process kept open then names a tree no path reaches. Only if
-        that fails, a walk that cannot raise or recurse empties it (what it cannot remove is
-        walked again at the uid's next reaps)."""
-        if uid not in self.dirty:
-            try:
-                os.rmdir(scratch)
-                return
-            except OSError:
-                pass
+    def _empty(self, uid: int, scratch: str) -> bool:
+        """Nothing of a reaped child stays in its uid's tmpfs. Most tools leave no file:
+        _spawn.c's one rmdir. Else (here) the tmpfs is detached and a new one mounted in its
+        place (~0.5 ms, and the kernel frees what it held: at most its cap of files, ~20 ms
+        for 8,192); a descriptor another process kept open then names a tree no path
+        reaches. Only if that fails, a walk that cannot raise or recurse empties it. Returns
+        whether anything stays (the uid is then dirty: its next reaps come here again)."""
         root = f"/tmp/{uid}"
         try:
             linux.umount2(root, linux.MNT_DETACH)
             linux.mount("tmpfs", root, "tmpfs", SCRATCH_FLAGS, scratch_options(self.cfg))
-            self.dirty.discard(uid)
-            return
+            return False
         except OSError:
             pass
         _remove_tree(root)
         try:
-            left = bool(os.listdir(root))
+            return bool(os.listdir(root))
         except OSError:
-            left = True
-        if left:
-            self.dirty.add(uid)
-        else:
-            self.dirty.discard(uid)
-
-    def loop(self) -> None:
-        wake_r, wake_w = os.pipe()
-        os.set_blocking(wake_w, False)
-        signal.set_wakeup_fd(wake_w)
-        signal.signal(signal.SIGCHLD, lambda *_: None)
-        for _ in range(int(self.cfg["warm"])):
-            self.spawn()
-        while True:
-            ready, _, _ = select.select([self.ctl.fileno(), wake_r], [], [])
-            if wake_r in ready:
-                os.read(wake_r, 4096)
-                self.reap()
-            if self.ctl.fileno() in ready:
-                raw = self.ctl.recv(4096)
-                if not raw:
-                    return  # the host has gone: PID 1 exits and the kernel kills the rest
-                count = raw[len(protocol.SPAWN) : -1]
-                if raw.startswith(protocol.SPAWN) and raw[-1:] == b"}" and count.isdigit():
-                    msg: dict = {"op": "spawn", "n": int(count)}  # without json: ~25 pages
-                else:
-                    msg = json.loads(raw)
-                if msg.get("op") == "spawn":
-                    for _ in range(max(0, min(int(msg.get("n", 1)), 64))):
-                        self.spawn()
-                elif msg.get("op") == "stop":
-                    return
-                self.reap()
+            return True
 
 
-def _plain_scratch(path: str, uid: int) -> None:
+def _remove_plain(uid: int, scratch: str) -> bool:
+    """Insecure mode: a reaped child's directory in the host's /tmp goes."""
+    _remove_tree(scratch)
+    return False
+
+
+def _plain_scratch(uid: int) -> str:
     """Insecure mode without a mount namespace: a directory in the host's /tmp, no caps."""
+    path = f"/tmp/{uid}"
     _remove_tree(path)
     os.mkdir(path, 0o700)
     if os.geteuid() == 0:
         os.chown(path, uid, uid)
+    return path
 
 
 WALK_STEPS = 50_000  # directories a removal visits at most (a full tmpfs: ~8k files, ~16k)
