@@ -22,6 +22,10 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <grp.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -34,11 +38,25 @@
 #define SYS_pidfd_open 434
 #endif
 
-#define MAX_UIDS 4096
+#ifndef SYS_close_range
+#define SYS_close_range 436
+#endif
+
+#define MAX_UIDS 1024
+#define MAX_LIMITS 16
+#define MAX_FILTER 4096 /* BPF instructions: seccomp.py's cap */
 #define MAX_SPAWN 64 /* children one spawn request may ask for */
 #define SPAWN_PREFIX "{\"op\": \"spawn\", \"n\": "
 #define STOP "{\"op\": \"stop\"}"
 
+typedef struct {
+    pid_t pid;       /* the uid's live child, 0 if none */
+    char dirty;      /* files a child left could not be removed: emptied at each reap */
+    unsigned long n; /* the child's scratch directory's number */
+} Slot;
+
+/* The template's state, written between forks: kept small and together, so that the pages
+ * it writes (each copied while children share it) are few. */
 typedef struct {
     int ctl;
     int uid_base;
@@ -46,19 +64,23 @@ typedef struct {
     int javascript; /* fork with CPython's own work around it (a V8 worker starts threads) */
     int own_tmp;    /* a tmpfs per uid in the jail's own /tmp: /tmp/<uid>/<n> per child */
     int warm_nice;
+    int drop;       /* to the child's uid: the template runs as root */
     PyObject *prepare; /* callable(uid) -> scratch path, when not own_tmp */
     PyObject *empty;   /* callable(uid, scratch) -> whether files stay (the uid is dirty) */
-    pid_t live[MAX_UIDS];           /* the child of each uid, 0 if none */
-    unsigned long scratch[MAX_UIDS]; /* its scratch directory's number */
-    char dirty[MAX_UIDS];
-    int free_uids[MAX_UIDS]; /* a ring, oldest first */
-    int free_head;
-    int free_len;
     unsigned long made;
     long pending; /* children asked for while every uid was in use */
+    int free_head;
+    int free_len;
+    int nlimits;
+    int limit_res[MAX_LIMITS];
+    struct rlimit limit[MAX_LIMITS];
+    struct sock_fprog prog; /* len 0: no filter (insecure mode) */
+    int free_uids[MAX_UIDS]; /* a ring, oldest first */
+    Slot slots[MAX_UIDS];
 } State;
 
 static State S;
+static struct sock_filter filter_rules[MAX_FILTER]; /* read, never written, by children */
 static int wake[2] = {-1, -1};
 static int serving = 0;
 
@@ -90,6 +112,38 @@ static int send_all(const char *msg, int len) {
         ssize_t sent = send(S.ctl, msg, (size_t)len, 0);
         if (sent >= 0) return 0;
         if (errno != EINTR) return -1;
+    }
+}
+
+/* A new child becomes a jailed, unprivileged process before any of its Python runs. Order
+ * matters: the parent's death, descriptors, signals, its directory, limits, identity, then
+ * no_new_privs and the seccomp filter last. Anything that fails ends the child (70): the
+ * host sees a child that died before it was ready. */
+static void become(int uid, const char *scratch, int keep) {
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) _exit(70);
+    /* Every descriptor but its channel: the control socket, the wake-up pipe, the rest. */
+    if (keep > 3 && syscall(SYS_close_range, 3, keep - 1, 0) != 0) _exit(70);
+    if (syscall(SYS_close_range, keep + 1, ~0U, 0) != 0) _exit(70);
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    if (sigaction(SIGCHLD, &dfl, NULL) != 0) _exit(70);
+    if (S.warm_nice && setpriority(PRIO_PROCESS, 0, S.warm_nice) != 0) _exit(70);
+    if (chdir(scratch) != 0) _exit(70);
+    for (int i = 0; i < S.nlimits; i++) {
+        if (setrlimit(S.limit_res[i], &S.limit[i]) != 0) _exit(70);
+    }
+    if (S.drop) {
+        if (setgroups(0, NULL) != 0) _exit(70);
+        if (setresgid((gid_t)uid, (gid_t)uid, (gid_t)uid) != 0) _exit(70);
+        if (setresuid((uid_t)uid, (uid_t)uid, (uid_t)uid) != 0) _exit(70);
+        /* A change of the effective uid or gid clears the parent-death signal: again. */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) _exit(70);
+    }
+    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) _exit(70);
+    if (S.prog.len) {
+        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) _exit(70);
+        if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &S.prog, 0, 0) != 0) _exit(70);
     }
 }
 
@@ -138,8 +192,12 @@ static PyObject *spawn(void) {
             PyOS_AfterFork_Parent();
         }
     } else {
-        /* libc's fork without CPython's work around it (linux.fork says why): the template
-         * has one thread and holds no lock here. */
+        /* libc's fork without CPython's own work around it (os.fork's PyOS_BeforeFork and
+         * PyOS_AfterFork_Child, with the after-fork hooks modules registered). That work
+         * re-makes the state of other threads and of locks they might hold: threading's
+         * hook alone touched ~110 pages of a new child, ~0.2 ms of CPU (docs/benchmarks.md).
+         * The template has one thread and holds no lock here. The one hook a child needs is
+         * random's: it reseeds (template.py), or every child would draw the same numbers. */
         pid = fork();
     }
     if (pid < 0) {
@@ -150,14 +208,7 @@ static PyObject *spawn(void) {
         return os_error("fork");
     }
     if (pid == 0) {
-        close(pair[0]);
-        close(wake[0]);
-        close(wake[1]);
-        struct sigaction dfl;
-        memset(&dfl, 0, sizeof dfl);
-        dfl.sa_handler = SIG_DFL;
-        sigaction(SIGCHLD, &dfl, NULL);
-        if (S.warm_nice && setpriority(PRIO_PROCESS, 0, S.warm_nice) != 0) _exit(70);
+        become(uid, scratch, pair[1]);
         return Py_BuildValue("(isi)", uid, scratch, pair[1]);
     }
     close(pair[1]);
@@ -199,8 +250,8 @@ static PyObject *spawn(void) {
         errno = saved;
         return os_error("sendmsg");
     }
-    S.live[uid - S.uid_base] = pid;
-    S.scratch[uid - S.uid_base] = n;
+    S.slots[uid - S.uid_base].pid = pid;
+    S.slots[uid - S.uid_base].n = n;
     return Py_None;
 }
 
@@ -217,21 +268,22 @@ static PyObject *reap(void) {
         if (pid == 0) break;
         int slot = -1;
         for (int i = 0; i < S.uid_count; i++) {
-            if (S.live[i] == pid) {
+            if (S.slots[i].pid == pid) {
                 slot = i;
                 break;
             }
         }
         if (slot < 0) continue;
-        S.live[slot] = 0;
+        Slot *it = &S.slots[slot];
+        it->pid = 0;
         int uid = S.uid_base + slot;
         char scratch[256];
-        path_of(uid, S.scratch[slot], scratch, sizeof scratch);
+        path_of(uid, it->n, scratch, sizeof scratch);
         /* Most tools leave no file: one rmdir. Else Python empties it (template.py). */
-        if (!S.own_tmp || S.dirty[slot] || rmdir(scratch) != 0) {
+        if (!S.own_tmp || it->dirty || rmdir(scratch) != 0) {
             PyObject *left = PyObject_CallFunction(S.empty, "is", uid, scratch);
             if (left == NULL) return NULL;
-            S.dirty[slot] = (char)PyObject_IsTrue(left);
+            it->dirty = (char)PyObject_IsTrue(left);
             Py_DECREF(left);
         }
         S.free_uids[(S.free_head + S.free_len) % S.uid_count] = uid;
@@ -277,29 +329,62 @@ static long parse(const char *raw, ssize_t size) {
 
 static PyObject *serve(PyObject *self, PyObject *args, PyObject *kwargs) {
     (void)self;
-    static char *names[] = {"ctl", "uid_base", "uid_count", "warm", "javascript", "own_tmp",
-                            "warm_nice", "prepare", "empty", NULL};
-    int ctl, uid_base, uid_count, warm, javascript, own_tmp, warm_nice;
-    PyObject *prepare, *empty;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iiiippiOO", names, &ctl, &uid_base,
+    static char *names[] = {"ctl",     "uid_base", "uid_count", "warm",  "javascript",
+                            "own_tmp", "warm_nice", "limits",   "drop",  "seccomp",
+                            "prepare", "empty",     NULL};
+    int ctl, uid_base, uid_count, warm, javascript, own_tmp, warm_nice, drop;
+    PyObject *limits, *prepare, *empty;
+    Py_buffer filter = {0};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iiiippiOpz*OO", names, &ctl, &uid_base,
                                      &uid_count, &warm, &javascript, &own_tmp, &warm_nice,
-                                     &prepare, &empty)) {
+                                     &limits, &drop, &filter, &prepare, &empty)) {
         return NULL;
     }
-    if (serving) {
-        PyErr_SetString(PyExc_RuntimeError, "serve() runs once per process");
+    Py_ssize_t nfilter = filter.buf ? filter.len : 0;
+    int bad_filter = nfilter % (Py_ssize_t)sizeof(struct sock_filter) != 0 ||
+                     nfilter > (Py_ssize_t)sizeof filter_rules;
+    const char *wrong = NULL;
+    if (bad_filter) {
+        wrong = "seccomp: not a BPF program of at most 4096 rules";
+    } else if (serving) {
+        wrong = "serve() runs once per process";
+    } else if (uid_count < 1 || uid_count > MAX_UIDS) {
+        wrong = "uid_count out of range";
+    } else if (!PyCallable_Check(empty) || (!own_tmp && !PyCallable_Check(prepare))) {
+        wrong = "empty (and prepare, without own_tmp) must be callable";
+    }
+    if (wrong != NULL) {
+        PyBuffer_Release(&filter);
+        PyErr_SetString(PyExc_ValueError, wrong);
         return NULL;
     }
-    if (uid_count < 1 || uid_count > MAX_UIDS) {
-        PyErr_SetString(PyExc_ValueError, "uid_count out of range");
+    PyObject *seq = PySequence_Fast(limits, "limits must be a sequence");
+    if (seq == NULL || PySequence_Fast_GET_SIZE(seq) > MAX_LIMITS) {
+        Py_XDECREF(seq);
+        PyBuffer_Release(&filter);
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "too many limits");
         return NULL;
     }
-    if (!PyCallable_Check(empty) || (!own_tmp && !PyCallable_Check(prepare))) {
-        PyErr_SetString(PyExc_TypeError, "empty (and prepare, without own_tmp) must be callable");
-        return NULL;
-    }
-    serving = 1;
     memset(&S, 0, sizeof S);
+    S.nlimits = (int)PySequence_Fast_GET_SIZE(seq);
+    for (int i = 0; i < S.nlimits; i++) {
+        long long res, soft, hard;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "LLL", &res, &soft, &hard)) {
+            Py_DECREF(seq);
+            PyBuffer_Release(&filter);
+            return NULL;
+        }
+        S.limit_res[i] = (int)res;
+        S.limit[i].rlim_cur = (rlim_t)soft;
+        S.limit[i].rlim_max = (rlim_t)hard;
+    }
+    Py_DECREF(seq);
+    if (nfilter) memcpy(filter_rules, filter.buf, (size_t)nfilter);
+    S.prog.len = (unsigned short)(nfilter / (Py_ssize_t)sizeof(struct sock_filter));
+    S.prog.filter = filter_rules;
+    PyBuffer_Release(&filter);
+    S.drop = drop;
+    serving = 1;
     S.ctl = ctl;
     S.uid_base = uid_base;
     S.uid_count = uid_count;
@@ -357,9 +442,11 @@ static PyObject *serve(PyObject *self, PyObject *args, PyObject *kwargs) {
 
 static PyMethodDef methods[] = {
     {"serve", (PyCFunction)(void (*)(void))serve, METH_VARARGS | METH_KEYWORDS,
-     "serve(ctl, uid_base, uid_count, warm, javascript, own_tmp, warm_nice, prepare, empty)\n"
-     "Make and reap children until the host stops it (None), or, in a new child, return\n"
-     "(uid, scratch, fd): its uid, scratch directory and end of its socketpair."},
+     "serve(ctl, uid_base, uid_count, warm, javascript, own_tmp, warm_nice, limits, drop,\n"
+     "      seccomp, prepare, empty)\n"
+     "Make and reap children until the host stops it (None), or, in a new child that has\n"
+     "become what child.py says (limits, uid, seccomp), return (uid, scratch, fd): its uid,\n"
+     "scratch directory and end of its socketpair."},
     {NULL, NULL, 0, NULL},
 };
 

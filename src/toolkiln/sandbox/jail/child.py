@@ -1,17 +1,15 @@
-"""Turning a freshly forked child into a jailed, unprivileged process, before any tool byte."""
+"""What a freshly forked child becomes before any tool byte: decided here, done by _spawn.c."""
 
 from __future__ import annotations
 
-import _signal
 import os
 import resource
 import signal
-import socket
-
-import linux
 
 
-def _limits(cfg: dict) -> None:
+def limits(cfg: dict) -> list[tuple[int, int, int]]:
+    """(resource, soft, hard) for every rlimit a child gets; set by _spawn.c in each new
+    child before any of its Python runs."""
     mb = 1024 * 1024
     # A Python child serves one call: max_cpu_s. A JavaScript worker serves several, so its
     # limit is for its life (``worker_cpu_s``), and it stops serving before a call could
@@ -24,10 +22,10 @@ def _limits(cfg: dict) -> None:
     # longest call, and a margin. (The host cannot lower it per call: prlimit on another
     # uid's process needs CAP_SYS_RESOURCE, which the reference host's root lacks.)
     hard = cpu * len(os.sched_getaffinity(0)) + 2
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, hard))
+    found = [(resource.RLIMIT_CPU, cpu, hard)]
     if cfg.get("runtime") != "javascript":
         # V8 aborts under RLIMIT_AS; JavaScript workers rely on V8's heap limit and the cgroup.
-        resource.setrlimit(resource.RLIMIT_AS, (int(cfg["address_space_mb"]) * mb,) * 2)
+        found.append((resource.RLIMIT_AS, *(int(cfg["address_space_mb"]) * mb,) * 2))
     for res, value in [
         (resource.RLIMIT_NPROC, int(cfg["max_threads"])),
         (resource.RLIMIT_NOFILE, int(cfg["max_open_files"])),
@@ -36,7 +34,8 @@ def _limits(cfg: dict) -> None:
         (resource.RLIMIT_MEMLOCK, 0),
         (resource.RLIMIT_MSGQUEUE, 0),
     ]:
-        resource.setrlimit(res, (value, value))
+        found.append((res, value, value))
+    return found
 
 
 # The environment of every child but its HOME and TMPDIR, set once in the template.
@@ -58,23 +57,9 @@ def prepare() -> None:
         signal.signal(sig, signal.SIG_IGN)
 
 
-def become(sock: socket.socket, uid: int, scratch: str, cfg: dict, installer) -> None:
-    """Order matters: fds, signals, limits, identity, then no_new_privs + seccomp last."""
-    linux.prctl(linux.PR_SET_PDEATHSIG, signal.SIGKILL)
-    keep = sock.fileno()
-    os.closerange(3, keep)
-    os.closerange(keep + 1, 1 << 16)
-    signal.set_wakeup_fd(-1)
-    # The template's SIGCHLD handler back to the default, through the C function: signal's
-    # wrapper looks the old handler up among its enum members, an exception for a function.
-    _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
-    os.chdir(scratch)
+def become(scratch: str) -> None:
+    """What a new child does in Python, once _spawn.c has made it what ``limits`` and the
+    template's seccomp part say (the parent's death signal, every descriptor but its channel
+    closed, SIGCHLD back to the default, its scratch as its directory, its rlimits, its own
+    uid, non-dumpable, no_new_privs and the filter, in that order): its HOME and TMPDIR."""
     os.environ["HOME"] = os.environ["TMPDIR"] = scratch  # the rest: prepare()
-    _limits(cfg)
-    if os.geteuid() == 0:
-        os.setgroups([])
-        os.setresgid(uid, uid, uid)
-        os.setresuid(uid, uid, uid)
-    linux.prctl(linux.PR_SET_DUMPABLE, 0)
-    if installer is not None:
-        installer.install()

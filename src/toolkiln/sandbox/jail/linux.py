@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import random
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mount.argtypes = [
@@ -25,8 +24,6 @@ _libc.prctl.argtypes = [
 ]
 _libc.syscall.restype = ctypes.c_long
 _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-# Called with the GIL held (a PyDLL): the forking thread keeps it, in the child too.
-_libc_gil = ctypes.PyDLL(None, use_errno=True)
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUTS = 0x04000000
@@ -82,25 +79,6 @@ def pivot_root(new_root: str, put_old: str) -> None:
 
 def prctl(option: int, arg: int = 0) -> None:
     _check(_libc.prctl(option, arg, 0, 0, 0), f"prctl {option}")
-
-
-def fork() -> int:
-    """libc's fork() without CPython's own work around it (os.fork's PyOS_BeforeFork and
-    PyOS_AfterFork_Child, with the after-fork hooks modules registered). That work re-makes
-    the state of other threads and of locks they might hold, and threading's hook alone
-    touched ~110 pages of a fresh child; skipping it saves ~55 copy-on-write page faults and
-    ~0.2 ms of CPU per child (docs/benchmarks.md). So only for a process with one thread that
-    holds no lock: the template, which never starts a thread and forks between two of its
-    own requests. The one hook whose work a child needs is random's: the child reseeds, or
-    every child would draw the same numbers. (A signal the template had not handled yet may
-    run its handler once in the child: the template's SIGCHLD handler does nothing.)"""
-    pid = _libc_gil.fork()
-    if pid < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"fork: {os.strerror(err)}")
-    if pid == 0:
-        random.seed()
-    return pid
 
 
 def anonymous_ranges() -> list[tuple[int, int]]:

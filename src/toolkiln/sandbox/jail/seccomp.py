@@ -330,6 +330,11 @@ class Installer:
             ctypes.c_ulong,
         ]
 
+    @property
+    def program(self) -> bytes:
+        """The compiled BPF program (what _spawn.c installs in each new child)."""
+        return self._raw
+
     def install(self) -> None:
         if self._libc.prctl(PR_SET_NO_NEW_PRIVS, 1, None, 0, 0) != 0:
             raise OSError(ctypes.get_errno(), "PR_SET_NO_NEW_PRIVS failed")

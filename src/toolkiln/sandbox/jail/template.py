@@ -206,6 +206,9 @@ class Template:
             javascript=self.javascript,
             own_tmp=self.own_tmp,
             warm_nice=int(self.cfg.get("warm_nice") or 0),
+            limits=child.limits(self.cfg),
+            drop=os.geteuid() == 0,
+            seccomp=self.installer.program if self.installer is not None else None,
             prepare=_plain_scratch,
             empty=self._empty if self.own_tmp else _remove_plain,
         )
@@ -215,9 +218,10 @@ class Template:
     def _child(self, uid: int, scratch: str, fd: int) -> None:
         try:
             if not self.javascript:
-                random.seed()  # forked without CPython's after-fork hooks (linux.fork)
-            child_end = _socket.socket(fileno=fd)
-            child.become(child_end, uid, scratch, self.cfg, self.installer)
+                random.seed()  # forked without CPython's after-fork hooks (_spawn.c)
+            # Named, so that the socket module does not ask the kernel what it is.
+            child_end = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM, 0, fd)
+            child.become(scratch)
             if self.javascript:
                 jsrunner.serve(child_end, self.cfg, _mini_racer, pyrunner._Link)
             else:
