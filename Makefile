@@ -12,7 +12,15 @@ CHROMIUM ?= /usr/bin/chromium
 
 .PHONY: install serve test lint bench bench-code-mode clean browser nginx
 
+# The sandbox's template builds one C module of its own at install (jail/_spawn.c): a C
+# compiler and the interpreter's headers, from Debian's packages if missing.
+HAS_HEADERS := import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))
+
 $(STAMP): pyproject.toml src/toolkiln/sandbox/jail/_spawn.c
+	@command -v cc >/dev/null || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev >/dev/null; }
+	@$(PYTHON) -c '$(HAS_HEADERS)' || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-dev >/dev/null; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	rm -f $(VENV)/.installed-* && touch $@
