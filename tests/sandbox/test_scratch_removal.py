@@ -71,3 +71,44 @@ def test_a_directory_swapped_for_a_link_mid_walk_stops_it(
     template._remove_tree(str(scratch))
     monkeypatch.undo()
     assert swapped and (outside / "keep.txt").read_text() == "mine"
+
+
+def test_a_scratch_replaced_by_a_link_is_not_followed(tmp_path: Path) -> None:
+    """In insecure mode a call's scratch is a name in the host's /tmp that its tool owns: it
+    can rename its directory away and put a link (to /etc, say) in its place before it ends.
+    The template, as root, removes the link, never what it points to (found by review)."""
+    outside = tmp_path / "outside"
+    (outside / "sub").mkdir(parents=True)
+    (outside / "keep.txt").write_text("mine")
+    scratch = tmp_path / "60003"
+    os.symlink(outside, scratch)
+    template._remove_tree(str(scratch))
+    assert not os.path.lexists(scratch)
+    assert (outside / "keep.txt").read_text() == "mine"
+    assert (outside / "sub").is_dir()
+
+
+def test_a_scratch_swapped_for_a_link_after_it_was_seen_is_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The swap between the template's look at the scratch and its chdir into it: it sees
+    it landed elsewhere and stops."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("mine")
+    scratch = tmp_path / "60004"
+    scratch.mkdir()
+    real_chdir = os.chdir
+    swapped = []
+
+    def chdir(target: str | os.PathLike[str]) -> None:
+        if str(target) == str(scratch) and not swapped:
+            os.rename(scratch, tmp_path / "moved")
+            os.symlink(outside, scratch)
+            swapped.append(True)
+        real_chdir(target)
+
+    monkeypatch.setattr(os, "chdir", chdir)
+    template._remove_tree(str(scratch))
+    monkeypatch.undo()
+    assert swapped and (outside / "keep.txt").read_text() == "mine"

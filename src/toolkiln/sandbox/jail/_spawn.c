@@ -32,6 +32,7 @@
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifndef SYS_pidfd_open
@@ -46,12 +47,13 @@
 #define MAX_LIMITS 16
 #define MAX_FILTER 4096 /* BPF instructions: seccomp.py's cap */
 #define MAX_SPAWN 64 /* children one spawn request may ask for */
+#define DIRTY_RETRY_MS 1000 /* between two tries at emptying the scratch of dirty uids */
 #define SPAWN_PREFIX "{\"op\": \"spawn\", \"n\": "
 #define STOP "{\"op\": \"stop\"}"
 
 typedef struct {
     pid_t pid;       /* the uid's live child, 0 if none */
-    char dirty;      /* files a child left could not be removed: emptied at each reap */
+    char dirty;      /* files a child left could not be removed: out of use until they are */
     unsigned long n; /* the child's scratch directory's number */
 } Slot;
 
@@ -65,10 +67,13 @@ typedef struct {
     int own_tmp;    /* a tmpfs per uid in the jail's own /tmp: /tmp/<uid>/<n> per child */
     int warm_nice;
     int drop;       /* to the child's uid: the template runs as root */
-    PyObject *prepare; /* callable(uid) -> scratch path, when not own_tmp */
+    PyObject *prepare; /* callable(uid, scratch): makes it, when not own_tmp */
     PyObject *empty;   /* callable(uid, scratch) -> whether files stay (the uid is dirty) */
     unsigned long made;
     long pending; /* children asked for while every uid was in use */
+    int dirty_uids; /* uids out of use: their scratch could not be emptied */
+    long retried_at; /* when their scratch was last tried again (now_ms) */
+    sigset_t mask;   /* the template's signal mask before serve(): a child's */
     int free_head;
     int free_len;
     int nlimits;
@@ -107,11 +112,28 @@ static void path_of(int uid, unsigned long n, char *out, size_t size) {
     }
 }
 
-static int send_all(const char *msg, int len) {
+/* One report on the control socket (SOCK_SEQPACKET: a message is sent whole or not at all). */
+static int send_report(const char *msg, int len) {
     for (;;) {
         ssize_t sent = send(S.ctl, msg, (size_t)len, 0);
         if (sent >= 0) return 0;
         if (errno != EINTR) return -1;
+    }
+}
+
+/* Closes every descriptor from 3 up but ``keep``: close_range (Linux 5.9+), else one by
+ * one up to the template's limit of open files. */
+static void close_all_but(int keep) {
+    int ok = (keep <= 3 || syscall(SYS_close_range, 3, keep - 1, 0) == 0) &&
+             syscall(SYS_close_range, keep + 1, ~0U, 0) == 0;
+    if (ok) return;
+    if (errno != ENOSYS) _exit(70);
+    struct rlimit files;
+    long top = getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY
+                   ? (long)files.rlim_cur
+                   : 65536;
+    for (long fd = 3; fd < top; fd++) {
+        if (fd != keep) close((int)fd);
     }
 }
 
@@ -120,10 +142,10 @@ static int send_all(const char *msg, int len) {
  * no_new_privs and the seccomp filter last. Anything that fails ends the child (70): the
  * host sees a child that died before it was ready. */
 static void become(int uid, const char *scratch, int keep) {
+    if (sigprocmask(SIG_SETMASK, &S.mask, NULL) != 0) _exit(70);
     if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) _exit(70);
     /* Every descriptor but its channel: the control socket, the wake-up pipe, the rest. */
-    if (keep > 3 && syscall(SYS_close_range, 3, keep - 1, 0) != 0) _exit(70);
-    if (syscall(SYS_close_range, keep + 1, ~0U, 0) != 0) _exit(70);
+    close_all_but(keep);
     struct sigaction dfl;
     memset(&dfl, 0, sizeof dfl);
     dfl.sa_handler = SIG_DFL;
@@ -167,16 +189,10 @@ static PyObject *spawn(void) {
         if (mkdir(scratch, 0700) != 0) return os_error(scratch);
         if (chown(scratch, (uid_t)uid, (gid_t)uid) != 0) return os_error(scratch);
     } else {
-        PyObject *made = PyObject_CallFunction(S.prepare, "i", uid);
-        if (made == NULL) return NULL;
-        const char *text = PyUnicode_AsUTF8(made);
-        if (text == NULL || strlen(text) >= sizeof scratch) {
-            Py_DECREF(made);
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "scratch path too long");
-            return NULL;
-        }
-        strcpy(scratch, text);
-        Py_DECREF(made);
+        path_of(uid, n, scratch, sizeof scratch);
+        PyObject *done = PyObject_CallFunction(S.prepare, "is", uid, scratch);
+        if (done == NULL) return NULL;
+        Py_DECREF(done);
     }
     int pair[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
@@ -209,7 +225,9 @@ static PyObject *spawn(void) {
     }
     if (pid == 0) {
         become(uid, scratch, pair[1]);
-        return Py_BuildValue("(isi)", uid, scratch, pair[1]);
+        PyObject *made = Py_BuildValue("(isi)", uid, scratch, pair[1]);
+        if (made == NULL) _exit(70); /* no exception may leave serve() in a child */
+        return made;
     }
     close(pair[1]);
     int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
@@ -255,6 +273,48 @@ static PyObject *spawn(void) {
     return Py_None;
 }
 
+static long now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+static void free_uid(int uid) {
+    S.free_uids[(S.free_head + S.free_len) % S.uid_count] = uid;
+    S.free_len++;
+}
+
+/* Python empties a scratch a child left files in: 1 if something stays, 0 if not, -1 with
+ * an exception set. */
+static int empty_scratch(int uid, const char *scratch) {
+    PyObject *left = PyObject_CallFunction(S.empty, "is", uid, scratch);
+    if (left == NULL) return -1;
+    int stays = PyObject_IsTrue(left);
+    Py_DECREF(left);
+    return stays;
+}
+
+static PyObject *spawn_owed(void);
+
+/* A uid whose scratch still holds what a child left serves no other call: its scratch is
+ * emptied again every DIRTY_RETRY_MS, and the uid used again once it is empty. */
+static PyObject *retry_dirty(void) {
+    for (int i = 0; i < S.uid_count; i++) {
+        Slot *it = &S.slots[i];
+        if (!it->dirty || it->pid) continue;
+        char scratch[256];
+        path_of(S.uid_base + i, it->n, scratch, sizeof scratch);
+        int left = empty_scratch(S.uid_base + i, scratch);
+        if (left < 0) return NULL;
+        if (!left) {
+            it->dirty = 0;
+            S.dirty_uids--;
+            free_uid(S.uid_base + i);
+        }
+    }
+    return spawn_owed();
+}
+
 /* Reaps every child that ended, then makes the children owed. Same returns as spawn(). */
 static PyObject *reap(void) {
     for (;;) {
@@ -280,14 +340,16 @@ static PyObject *reap(void) {
         char scratch[256];
         path_of(uid, it->n, scratch, sizeof scratch);
         /* Most tools leave no file: one rmdir. Else Python empties it (template.py). */
-        if (!S.own_tmp || it->dirty || rmdir(scratch) != 0) {
-            PyObject *left = PyObject_CallFunction(S.empty, "is", uid, scratch);
-            if (left == NULL) return NULL;
-            it->dirty = (char)PyObject_IsTrue(left);
-            Py_DECREF(left);
+        if (!S.own_tmp || rmdir(scratch) != 0) {
+            int left = empty_scratch(uid, scratch);
+            if (left < 0) return NULL;
+            it->dirty = (char)left;
         }
-        S.free_uids[(S.free_head + S.free_len) % S.uid_count] = uid;
-        S.free_len++;
+        if (it->dirty) {
+            if (S.dirty_uids++ == 0) S.retried_at = now_ms(); /* out of use: retry_dirty */
+        } else {
+            free_uid(uid);
+        }
         char msg[96];
         int len;
         if (WIFSIGNALED(status)) {
@@ -297,8 +359,13 @@ static PyObject *reap(void) {
             len = snprintf(msg, sizeof msg, "{\"op\": \"exit\", \"pid\": %d, \"code\": %d}",
                            (int)pid, WEXITSTATUS(status));
         }
-        if (send_all(msg, len) != 0) return os_error("send");
+        if (send_report(msg, len) != 0) return os_error("send");
     }
+    return spawn_owed();
+}
+
+/* Makes the children asked for while every uid was in use, as far as uids are free. */
+static PyObject *spawn_owed(void) {
     while (S.pending && S.free_len) {
         S.pending--;
         PyObject *made = spawn();
@@ -404,6 +471,11 @@ static PyObject *serve(PyObject *self, PyObject *args, PyObject *kwargs) {
     sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
     sigemptyset(&sa.sa_mask);
     if (sigaction(SIGCHLD, &sa, NULL) != 0) return os_error("sigaction");
+    /* Signals are delivered only while the loop waits (ppoll below), so that one never
+     * arrives between a check and the wait; a child gets the template's mask back. */
+    sigset_t all;
+    sigfillset(&all);
+    if (sigprocmask(SIG_BLOCK, &all, &S.mask) != 0) return os_error("sigprocmask");
     for (int i = 0; i < warm; i++) {
         PyObject *made = spawn();
         if (made != Py_None) return made;
@@ -411,10 +483,25 @@ static PyObject *serve(PyObject *self, PyObject *args, PyObject *kwargs) {
     char raw[4096];
     for (;;) {
         struct pollfd fds[2] = {{S.ctl, POLLIN, 0}, {wake[0], POLLIN, 0}};
-        if (poll(fds, 2, -1) < 0) {
-            if (errno == EINTR) continue;
-            return os_error("poll");
+        int timeout = -1;
+        if (S.dirty_uids) {
+            long since = now_ms() - S.retried_at;
+            if (since >= DIRTY_RETRY_MS) {
+                S.retried_at = now_ms();
+                PyObject *made = retry_dirty();
+                if (made != Py_None) return made;
+                since = 0;
+            }
+            timeout = S.dirty_uids ? (int)(DIRTY_RETRY_MS - since) : -1;
         }
+        struct timespec wait = {timeout / 1000, (long)(timeout % 1000) * 1000000L};
+        int ready = ppoll(fds, 2, timeout < 0 ? NULL : &wait, &S.mask);
+        if (ready == 0) continue; /* time to try the dirty uids again */
+        if (ready < 0 && errno != EINTR) return os_error("ppoll");
+        /* A signal with a Python handler (template.py leaves none but the defaults): its
+         * handler runs here, never left pending for a child forked after it to run. */
+        if (PyErr_CheckSignals() < 0) return NULL;
+        if (ready < 0) continue;
         if (fds[1].revents) {
             while (read(wake[0], raw, sizeof raw) > 0) {
             }

@@ -26,6 +26,7 @@ import os
 import random
 import signal
 import socket
+import stat
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -198,6 +199,10 @@ class Template:
     def loop(self) -> None:
         """Make, hand over and reap children until the host stops (or goes); in a new
         child, become the child and serve its one request (never returns there)."""
+        # The only signal with a Python handler is SIGINT's (CPython's): back to the
+        # default, so that it ends the template as before, rather than being left pending
+        # by the C loop for every child forked after it to raise at its first line.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         made = _spawn.serve(
             ctl=self.ctl.fileno(),
             uid_base=int(self.cfg["uid_base"]),
@@ -206,7 +211,7 @@ class Template:
             javascript=self.javascript,
             own_tmp=self.own_tmp,
             warm_nice=int(self.cfg.get("warm_nice") or 0),
-            limits=child.limits(self.cfg),
+            limits=child.limits(self.cfg),  # once: the template's CPUs are its children's
             drop=os.geteuid() == 0,
             seccomp=self.installer.program if self.installer is not None else None,
             prepare=_plain_scratch,
@@ -256,14 +261,12 @@ def _remove_plain(uid: int, scratch: str) -> bool:
     return False
 
 
-def _plain_scratch(uid: int) -> str:
+def _plain_scratch(uid: int, path: str) -> None:
     """Insecure mode without a mount namespace: a directory in the host's /tmp, no caps."""
-    path = f"/tmp/{uid}"
     _remove_tree(path)
     os.mkdir(path, 0o700)
     if os.geteuid() == 0:
         os.chown(path, uid, uid)
-    return path
 
 
 WALK_STEPS = 50_000  # directories a removal visits at most (a full tmpfs: ~8k files, ~16k)
@@ -283,9 +286,19 @@ def _remove_tree(path: str) -> None:
     that renames or swaps directories while it runs (in a directory their owner opened to
     all) makes it stop, never walk elsewhere; it stops after WALK_STEPS directories too."""
     try:
+        # The path itself is not followed either: in insecure mode it is a name in the
+        # host's /tmp, which a tool can replace with a link (to /etc, say) while it runs.
+        top = os.lstat(path)
+        if not stat.S_ISDIR(top.st_mode):
+            os.unlink(path)
+            return
         os.chdir(path)
     except OSError:
         return
+    if _here() != (top.st_dev, top.st_ino):
+        with contextlib.suppress(OSError):
+            os.chdir("/")
+        return  # swapped between the two: not the directory it saw
     trail: list[tuple[str, tuple[int, int]]] = []  # (name entered, the directory above it)
     stuck: list[set[str]] = [set()]  # per level, directories that could not be removed
     try:
