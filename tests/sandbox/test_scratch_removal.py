@@ -47,23 +47,22 @@ def test_a_missing_or_unreadable_tree_does_not_raise(tmp_path: Path) -> None:
             os.chmod(locked, 0o700)
 
 
-def test_a_directory_swapped_for_a_link_mid_walk_stops_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def _remove_with_a_swap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scratch: Path, name: str
 ) -> None:
-    """Another process swaps a directory the walk listed for a link to elsewhere, just
-    before the walk goes down into it: the walk notices where it landed and stops."""
+    """Removes ``scratch`` while another process, just before the walk first goes into
+    ``name``, renames that directory away and puts a link to a directory outside in its
+    place: the walk notices where it landed and stops, and what is outside stays."""
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "keep.txt").write_text("mine")
-    scratch = tmp_path / "60002"
-    (scratch / "d").mkdir(parents=True)
     real_chdir = os.chdir
     swapped = []
 
     def chdir(target: str | os.PathLike[str]) -> None:
-        if target == "d" and not swapped:
-            os.rename("d", "moved")
-            os.symlink(outside, "d")
+        if str(target) == name and not swapped:
+            os.rename(name, name + ".moved")
+            os.symlink(outside, name)
             swapped.append(True)
         real_chdir(target)
 
@@ -71,6 +70,14 @@ def test_a_directory_swapped_for_a_link_mid_walk_stops_it(
     template._remove_tree(str(scratch))
     monkeypatch.undo()
     assert swapped and (outside / "keep.txt").read_text() == "mine"
+
+
+def test_a_directory_swapped_for_a_link_mid_walk_stops_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scratch = tmp_path / "60002"
+    (scratch / "d").mkdir(parents=True)
+    _remove_with_a_swap(tmp_path, monkeypatch, scratch, "d")
 
 
 def test_a_scratch_replaced_by_a_link_is_not_followed(tmp_path: Path) -> None:
@@ -91,24 +98,7 @@ def test_a_scratch_replaced_by_a_link_is_not_followed(tmp_path: Path) -> None:
 def test_a_scratch_swapped_for_a_link_after_it_was_seen_is_left(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The swap between the template's look at the scratch and its chdir into it: it sees
-    it landed elsewhere and stops."""
-    outside = tmp_path / "outside"
-    outside.mkdir()
-    (outside / "keep.txt").write_text("mine")
+    """The swap between the template's look at the scratch and its chdir into it."""
     scratch = tmp_path / "60004"
     scratch.mkdir()
-    real_chdir = os.chdir
-    swapped = []
-
-    def chdir(target: str | os.PathLike[str]) -> None:
-        if str(target) == str(scratch) and not swapped:
-            os.rename(scratch, tmp_path / "moved")
-            os.symlink(outside, scratch)
-            swapped.append(True)
-        real_chdir(target)
-
-    monkeypatch.setattr(os, "chdir", chdir)
-    template._remove_tree(str(scratch))
-    monkeypatch.undo()
-    assert swapped and (outside / "keep.txt").read_text() == "mine"
+    _remove_with_a_swap(tmp_path, monkeypatch, scratch, str(scratch))
