@@ -240,7 +240,8 @@ class Template:
         place (~0.5 ms, and the kernel frees what it held: at most its cap of files, ~20 ms
         for 8,192); a descriptor another process kept open then names a tree no path
         reaches. Only if that fails, a walk that cannot raise or recurse empties it. Returns
-        whether anything stays (the uid is then dirty: its next reaps come here again)."""
+        whether anything stays (the uid then serves no call; _spawn.c calls this again for
+        it once a second until nothing does)."""
         root = f"/tmp/{uid}"
         try:
             linux.umount2(root, linux.MNT_DETACH)
