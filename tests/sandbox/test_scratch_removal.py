@@ -3,7 +3,9 @@ removes them itself: without recursion and without raising, whatever a child lef
 
 from __future__ import annotations
 
+import errno
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -102,3 +104,31 @@ def test_a_scratch_swapped_for_a_link_after_it_was_seen_is_left(
     scratch = tmp_path / "60004"
     scratch.mkdir()
     _remove_with_a_swap(tmp_path, monkeypatch, scratch, str(scratch))
+
+
+def test_a_uid_root_whose_tmpfs_could_not_be_mounted_again_is_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The tmpfs of a uid detached, and a new one failing to mount: the walk that follows
+    removed /tmp/<uid> itself (no longer a mount point), and every later try failed, so
+    the uid stayed out of use for good (found by review). The root is made again."""
+    uid = 1_980_000_000 + os.getpid() % 1_000_000
+    root = Path(f"/tmp/{uid}")
+    root.mkdir(mode=0o711)
+    (root / "left").write_text("x")
+    failures = [OSError(errno.ENOMEM, "no memory for a tmpfs")]
+
+    def mount(*args: object) -> None:
+        if failures:
+            raise failures.pop()
+
+    monkeypatch.setattr(template.linux, "umount2", lambda *args: None)
+    monkeypatch.setattr(template.linux, "mount", mount)
+    cfg = {"scratch_mb": 1, "scratch_files": 16}
+    tpl = template.Template(cfg, None, None)  # type: ignore[arg-type]
+    try:
+        assert tpl._empty(uid, str(root / "7")) is False  # emptied by the walk
+        assert root.is_dir() and not list(root.iterdir())
+        assert tpl._empty(uid, str(root / "8")) is False  # and the next try mounts again
+    finally:
+        subprocess.run(["rm", "-rf", str(root)], check=False)

@@ -29,7 +29,12 @@ HARNESS = textwrap.dedent(
             f.write(line + "\\n")
 
     tries = {}
+    prepared = []
     def prepare(uid, scratch):
+        prepared.append(uid)
+        if len(prepared) == 1 and sys.argv[5] == "blocked":  # a name in the way, once
+            log(f"blocked {uid}")
+            raise FileExistsError(scratch)
         shutil.rmtree(scratch, ignore_errors=True)
         os.mkdir(scratch)
 
@@ -147,4 +152,23 @@ def test_a_python_signal_handler_runs_in_the_template_not_in_its_children(
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=30)
+        subprocess.run(["rm", "-rf", f"/tmp/{uid}"], check=False)
+
+
+def test_a_scratch_that_cannot_be_made_holds_its_uid_not_the_template(tmp_path: Path) -> None:
+    """Insecure mode: something in the way of a uid's scratch in the host's /tmp (what a
+    walk left, a name another uid's tool made) made the template raise and end, with every
+    call in flight (found by review). Now that uid waits, dirty, until it is emptied, and
+    the child asked for is made then."""
+    proc, host, events, uid = _start(tmp_path, "blocked")
+    try:
+        made = _next(host, "ready")
+        assert made["uid"] == uid
+        lines = events.read_text().splitlines()
+        assert lines[0] == f"blocked {uid}", lines
+        assert f"clean {uid}" in lines, lines  # emptied before the child was made
+        assert proc.poll() is None
+    finally:
+        host.close()
+        proc.wait(timeout=30)
         subprocess.run(["rm", "-rf", f"/tmp/{uid}"], check=False)

@@ -20,6 +20,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <grp.h>
@@ -72,7 +73,7 @@ typedef struct {
     unsigned long made;
     long pending; /* children asked for while every uid was in use */
     int dirty_uids; /* uids out of use: their scratch could not be emptied */
-    long retried_at; /* when their scratch was last tried again (now_ms) */
+    int64_t retried_at; /* when the last try at their scratch ended (now_ms) */
     sigset_t mask;   /* the template's signal mask before serve(): a child's */
     int free_head;
     int free_len;
@@ -142,7 +143,6 @@ static void close_all_but(int keep) {
  * no_new_privs and the seccomp filter last. Anything that fails ends the child (70): the
  * host sees a child that died before it was ready. */
 static void become(int uid, const char *scratch, int keep) {
-    if (sigprocmask(SIG_SETMASK, &S.mask, NULL) != 0) _exit(70);
     if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) _exit(70);
     /* Every descriptor but its channel: the control socket, the wake-up pipe, the rest. */
     close_all_but(keep);
@@ -150,6 +150,8 @@ static void become(int uid, const char *scratch, int keep) {
     memset(&dfl, 0, sizeof dfl);
     dfl.sa_handler = SIG_DFL;
     if (sigaction(SIGCHLD, &dfl, NULL) != 0) _exit(70);
+    /* The template's mask before serve() (it blocks every signal outside its wait). */
+    if (sigprocmask(SIG_SETMASK, &S.mask, NULL) != 0) _exit(70);
     if (S.warm_nice && setpriority(PRIO_PROCESS, 0, S.warm_nice) != 0) _exit(70);
     if (chdir(scratch) != 0) _exit(70);
     for (int i = 0; i < S.nlimits; i++) {
@@ -167,6 +169,17 @@ static void become(int uid, const char *scratch, int keep) {
         if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) _exit(70);
         if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &S.prog, 0, 0) != 0) _exit(70);
     }
+}
+
+static int64_t now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+static void free_uid(int uid) {
+    S.free_uids[(S.free_head + S.free_len) % S.uid_count] = uid;
+    S.free_len++;
 }
 
 /* Makes one child. Returns Py_None (borrowed) in the template, a new (uid, scratch, fd)
@@ -191,7 +204,19 @@ static PyObject *spawn(void) {
     } else {
         path_of(uid, n, scratch, sizeof scratch);
         PyObject *done = PyObject_CallFunction(S.prepare, "is", uid, scratch);
-        if (done == NULL) return NULL;
+        if (done == NULL) {
+            /* Insecure mode: something is in the way in the host's /tmp (what a walk left,
+             * or a name another uid's tool made): that uid serves no call until it is
+             * gone, and the child asked for is made with the next free uid. */
+            if (!PyErr_ExceptionMatches(PyExc_OSError)) return NULL;
+            PyErr_Clear();
+            Slot *it = &S.slots[uid - S.uid_base];
+            it->n = n;
+            it->dirty = 1;
+            if (S.dirty_uids++ == 0) S.retried_at = now_ms();
+            S.pending++;
+            return Py_None;
+        }
         Py_DECREF(done);
     }
     int pair[2];
@@ -271,17 +296,6 @@ static PyObject *spawn(void) {
     S.slots[uid - S.uid_base].pid = pid;
     S.slots[uid - S.uid_base].n = n;
     return Py_None;
-}
-
-static long now_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
-
-static void free_uid(int uid) {
-    S.free_uids[(S.free_head + S.free_len) % S.uid_count] = uid;
-    S.free_len++;
 }
 
 /* Python empties a scratch a child left files in: 1 if something stays, 0 if not, -1 with
@@ -485,11 +499,13 @@ static PyObject *serve(PyObject *self, PyObject *args, PyObject *kwargs) {
         struct pollfd fds[2] = {{S.ctl, POLLIN, 0}, {wake[0], POLLIN, 0}};
         int timeout = -1;
         if (S.dirty_uids) {
-            long since = now_ms() - S.retried_at;
+            int64_t since = now_ms() - S.retried_at;
             if (since >= DIRTY_RETRY_MS) {
-                S.retried_at = now_ms();
                 PyObject *made = retry_dirty();
                 if (made != Py_None) return made;
+                /* From its end: a slow try (a big tree to walk) never runs back to back
+                 * with the next, so the loop serves the host between two. */
+                S.retried_at = now_ms();
                 since = 0;
             }
             timeout = S.dirty_uids ? (int)(DIRTY_RETRY_MS - since) : -1;

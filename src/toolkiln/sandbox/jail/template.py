@@ -243,23 +243,34 @@ class Template:
         whether anything stays (the uid then serves no call; _spawn.c calls this again for
         it once a second until nothing does)."""
         root = f"/tmp/{uid}"
-        try:
+        with contextlib.suppress(OSError):  # not mounted: an earlier mount here failed
             linux.umount2(root, linux.MNT_DETACH)
+        try:
+            _uid_root(root)
             linux.mount("tmpfs", root, "tmpfs", SCRATCH_FLAGS, scratch_options(self.cfg))
             return False
         except OSError:
             pass
-        _remove_tree(root)
+        _remove_tree(root)  # no tmpfs there now: the walk may remove root itself
         try:
+            _uid_root(root)
             return bool(os.listdir(root))
         except OSError:
             return True
 
 
+def _uid_root(root: str) -> None:
+    """A uid's scratch root, root's own and 0711, made again if a walk removed it (a uid
+    without it would stay dirty for good: found by review)."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(root, 0o711)
+
+
 def _remove_plain(uid: int, scratch: str) -> bool:
-    """Insecure mode: a reaped child's directory in the host's /tmp goes."""
+    """Insecure mode: a reaped child's directory in the host's /tmp goes; whether anything
+    of it stays (a walk that stopped: the uid then serves no call until it is gone)."""
     _remove_tree(scratch)
-    return False
+    return os.path.lexists(scratch)
 
 
 def _plain_scratch(uid: int, path: str) -> None:
