@@ -21,7 +21,7 @@ HARNESS = textwrap.dedent(
     """
     import os, shutil, signal, sys
     sys.path.insert(0, sys.argv[1])
-    import _spawn
+    import _spawn, protocol
 
     events = sys.argv[3]
     def log(line):
@@ -59,7 +59,7 @@ HARNESS = textwrap.dedent(
         made = _spawn.serve(
             ctl=int(sys.argv[2]), uid_base=int(sys.argv[4]), uid_count=1, warm=1,
             javascript=False, own_tmp=False, warm_nice=0, limits=[], drop=False,
-            seccomp=None, prepare=prepare, empty=empty,
+            seccomp=None, spawn=protocol.SPAWN, stop=protocol.STOP, prepare=prepare, empty=empty,
         )
     except Stop:
         log("template stopped by its handler")

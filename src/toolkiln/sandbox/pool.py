@@ -142,7 +142,7 @@ class _Generation:
     def stop(self) -> None:
         self.alive = False
         with contextlib.suppress(OSError):
-            self.ctl.send(json.dumps({"op": "stop"}).encode())
+            self.ctl.send(protocol.STOP)
         with contextlib.suppress(OSError):
             self.proc.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):

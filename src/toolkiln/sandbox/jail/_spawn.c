@@ -1,8 +1,8 @@
 /* The template's loop between two children, in C (docs/benchmarks.md, step 45).
  *
  * Every page the template writes while its children share it is copied (copy-on-write):
- * the template's Python, run between two forks, wrote ~130 pages per child, and ran the
- * interpreter for its bookkeeping. Here the template waits, forks, hands each child to the
+ * the template's Python, run between two forks, wrote ~110 pages per call (measured), and
+ * ran the interpreter for its bookkeeping. Here the template waits, forks, hands each child to the
  * host and reaps it with a few system calls and a C stack, touching a handful of pages.
  * Python runs only in a new child (this function returns there) and on the rare paths it is
  * given as callables: a scratch directory a child left files in, and the scratch of the
@@ -49,8 +49,7 @@
 #define MAX_FILTER 4096 /* BPF instructions: seccomp.py's cap */
 #define MAX_SPAWN 64 /* children one spawn request may ask for */
 #define DIRTY_RETRY_MS 1000 /* between two tries at emptying the scratch of dirty uids */
-#define SPAWN_PREFIX "{\"op\": \"spawn\", \"n\": "
-#define STOP "{\"op\": \"stop\"}"
+#define MAX_REQUEST 64 /* bytes of protocol.SPAWN and protocol.STOP, each */
 
 typedef struct {
     pid_t pid;       /* the uid's live child, 0 if none */
@@ -68,6 +67,9 @@ typedef struct {
     int own_tmp;    /* a tmpfs per uid in the jail's own /tmp: /tmp/<uid>/<n> per child */
     int warm_nice;
     int drop;       /* to the child's uid: the template runs as root */
+    char spawn_prefix[MAX_REQUEST]; /* the host's requests: protocol.SPAWN, protocol.STOP */
+    char stop[MAX_REQUEST];
+    size_t spawn_len, stop_len;
     PyObject *prepare; /* callable(uid, scratch): makes it, when not own_tmp */
     PyObject *empty;   /* callable(uid, scratch) -> whether files stay (the uid is dirty) */
     unsigned long made;
@@ -182,6 +184,12 @@ static void free_uid(int uid) {
     S.free_len++;
 }
 
+/* A uid whose scratch holds something it could not remove serves no call (retry_dirty). */
+static void hold_dirty(Slot *it) {
+    it->dirty = 1;
+    if (S.dirty_uids++ == 0) S.retried_at = now_ms();
+}
+
 /* Makes one child. Returns Py_None (borrowed) in the template, a new (uid, scratch, fd)
  * tuple in the child, NULL with an exception set on an error. */
 static PyObject *spawn(void) {
@@ -193,16 +201,14 @@ static PyObject *spawn(void) {
     S.free_head = (S.free_head + 1) % S.uid_count;
     S.free_len--;
     char scratch[256];
-    unsigned long n = 0;
+    /* Own /tmp: a directory never used before, in the uid's own tmpfs (emptied at each
+     * reap): a descriptor an earlier process kept open names a directory that is gone. */
+    unsigned long n = S.own_tmp ? ++S.made : 0;
+    path_of(uid, n, scratch, sizeof scratch);
     if (S.own_tmp) {
-        /* A directory never used before, in the uid's own tmpfs (emptied at each reap): a
-         * descriptor an earlier process kept open names a directory that is gone. */
-        n = ++S.made;
-        path_of(uid, n, scratch, sizeof scratch);
         if (mkdir(scratch, 0700) != 0) return os_error(scratch);
         if (chown(scratch, (uid_t)uid, (gid_t)uid) != 0) return os_error(scratch);
     } else {
-        path_of(uid, n, scratch, sizeof scratch);
         PyObject *done = PyObject_CallFunction(S.prepare, "is", uid, scratch);
         if (done == NULL) {
             /* Insecure mode: something is in the way in the host's /tmp (what a walk left,
@@ -210,10 +216,7 @@ static PyObject *spawn(void) {
              * gone, and the child asked for is made with the next free uid. */
             if (!PyErr_ExceptionMatches(PyExc_OSError)) return NULL;
             PyErr_Clear();
-            Slot *it = &S.slots[uid - S.uid_base];
-            it->n = n;
-            it->dirty = 1;
-            if (S.dirty_uids++ == 0) S.retried_at = now_ms();
+            hold_dirty(&S.slots[uid - S.uid_base]);
             S.pending++;
             return Py_None;
         }
@@ -315,7 +318,7 @@ static PyObject *spawn_owed(void);
 static PyObject *retry_dirty(void) {
     for (int i = 0; i < S.uid_count; i++) {
         Slot *it = &S.slots[i];
-        if (!it->dirty || it->pid) continue;
+        if (!it->dirty) continue; /* a dirty uid has no child: it is never handed out */
         char scratch[256];
         path_of(S.uid_base + i, it->n, scratch, sizeof scratch);
         int left = empty_scratch(S.uid_base + i, scratch);
@@ -354,13 +357,10 @@ static PyObject *reap(void) {
         char scratch[256];
         path_of(uid, it->n, scratch, sizeof scratch);
         /* Most tools leave no file: one rmdir. Else Python empties it (template.py). */
-        if (!S.own_tmp || rmdir(scratch) != 0) {
-            int left = empty_scratch(uid, scratch);
-            if (left < 0) return NULL;
-            it->dirty = (char)left;
-        }
-        if (it->dirty) {
-            if (S.dirty_uids++ == 0) S.retried_at = now_ms(); /* out of use: retry_dirty */
+        int left = S.own_tmp && rmdir(scratch) == 0 ? 0 : empty_scratch(uid, scratch);
+        if (left < 0) return NULL;
+        if (left) {
+            hold_dirty(it);
         } else {
             free_uid(uid);
         }
@@ -394,11 +394,11 @@ static PyObject *spawn_owed(void) {
 /* What the host asked for: children to make (0 or more, at most MAX_SPAWN), ASKED_STOP, or
  * ASKED_NOTHING for anything else (ignored). */
 static long parse(const char *raw, ssize_t size) {
-    size_t prefix = sizeof SPAWN_PREFIX - 1;
-    if (size == (ssize_t)(sizeof STOP - 1) && memcmp(raw, STOP, (size_t)size) == 0) {
-        return ASKED_STOP;
+    size_t prefix = S.spawn_len;
+    if ((size_t)size == S.stop_len && memcmp(raw, S.stop, S.stop_len) == 0) return ASKED_STOP;
+    if (size < (ssize_t)prefix + 2 || memcmp(raw, S.spawn_prefix, prefix) != 0) {
+        return ASKED_NOTHING;
     }
-    if (size < (ssize_t)prefix + 2 || memcmp(raw, SPAWN_PREFIX, prefix) != 0) return ASKED_NOTHING;
     if (raw[size - 1] != '}') return ASKED_NOTHING;
     long n = 0;
     for (ssize_t i = (ssize_t)prefix; i < size - 1; i++) {
@@ -412,13 +412,16 @@ static PyObject *serve(PyObject *self, PyObject *args, PyObject *kwargs) {
     (void)self;
     static char *names[] = {"ctl",     "uid_base", "uid_count", "warm",  "javascript",
                             "own_tmp", "warm_nice", "limits",   "drop",  "seccomp",
-                            "prepare", "empty",     NULL};
+                            "spawn",   "stop",      "prepare",  "empty", NULL};
     int ctl, uid_base, uid_count, warm, javascript, own_tmp, warm_nice, drop;
     PyObject *limits, *prepare, *empty;
     Py_buffer filter = {0};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iiiippiOpz*OO", names, &ctl, &uid_base,
-                                     &uid_count, &warm, &javascript, &own_tmp, &warm_nice,
-                                     &limits, &drop, &filter, &prepare, &empty)) {
+    const char *spawn_prefix, *stop;
+    Py_ssize_t spawn_len, stop_len;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iiiippiOpz*y#y#OO", names, &ctl,
+                                     &uid_base, &uid_count, &warm, &javascript, &own_tmp,
+                                     &warm_nice, &limits, &drop, &filter, &spawn_prefix,
+                                     &spawn_len, &stop, &stop_len, &prepare, &empty)) {
         return NULL;
     }
     Py_ssize_t nfilter = filter.buf ? filter.len : 0;
@@ -427,6 +430,8 @@ static PyObject *serve(PyObject *self, PyObject *args, PyObject *kwargs) {
     const char *wrong = NULL;
     if (bad_filter) {
         wrong = "seccomp: not a BPF program of at most 4096 rules";
+    } else if (spawn_len >= MAX_REQUEST || stop_len >= MAX_REQUEST) {
+        wrong = "spawn and stop are the host's requests: a few bytes each";
     } else if (serving) {
         wrong = "serve() runs once per process";
     } else if (uid_count < 1 || uid_count > MAX_UIDS) {
@@ -465,6 +470,10 @@ static PyObject *serve(PyObject *self, PyObject *args, PyObject *kwargs) {
     S.prog.filter = filter_rules;
     PyBuffer_Release(&filter);
     S.drop = drop;
+    memcpy(S.spawn_prefix, spawn_prefix, (size_t)spawn_len);
+    S.spawn_len = (size_t)spawn_len;
+    memcpy(S.stop, stop, (size_t)stop_len);
+    S.stop_len = (size_t)stop_len;
     serving = 1;
     S.ctl = ctl;
     S.uid_base = uid_base;
@@ -546,7 +555,7 @@ static PyObject *serve(PyObject *self, PyObject *args, PyObject *kwargs) {
 static PyMethodDef methods[] = {
     {"serve", (PyCFunction)(void (*)(void))serve, METH_VARARGS | METH_KEYWORDS,
      "serve(ctl, uid_base, uid_count, warm, javascript, own_tmp, warm_nice, limits, drop,\n"
-     "      seccomp, prepare, empty)\n"
+     "      seccomp, spawn, stop, prepare, empty)\n"
      "Make and reap children until the host stops it (None), or, in a new child that has\n"
      "become what child.py says (limits, uid, seccomp), return (uid, scratch, fd): its uid,\n"
      "scratch directory and end of its socketpair."},

@@ -35,9 +35,10 @@ REPLY = "reply"  # host -> jail: the answer to a call {id, result}
 AUDIT = "audit"  # jail -> host: a ctx.audit row {event, data}
 RESULT = "result"  # jail -> host: the report that ends a run
 REPORT_KINDS = ("return", "exception", "unserializable", "too_large")
-# The host's usual request on a template's control socket, ``SPAWN + b"%d}" % n`` (JSON, as
-# every message there): the template reads it without json, between two forks.
+# The host's requests on a template's control socket, ``SPAWN + b"%d}" % n`` and ``STOP``
+# (JSON, as every message there): the template's C loop (_spawn.c) matches these bytes.
 SPAWN = b'{"op": "spawn", "n": '
+STOP = b'{"op": "stop"}'
 
 HEADER = struct.Struct(">I")
 # Bound once, so tool code that monkeypatches the json module does not change our framing.

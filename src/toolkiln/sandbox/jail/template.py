@@ -13,7 +13,8 @@ Then, per child (ahead of any request): fork, drop to a uid of its own, set rlim
 no_new_privs, seccomp; hand the host a pidfd and one end of a socketpair over the control
 socket (SCM_RIGHTS). The host talks to the child directly; the template reaps children and
 reports how each one ended. That loop is C (_spawn.c): the template's Python, run between
-two forks, wrote ~130 pages its children shared, each copied (docs/benchmarks.md, step 45).
+two forks, wrote ~110 pages per call that its children shared, each copied (docs/benchmarks.md,
+step 45).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _spawn
 import child
 import linux
+import protocol
 import pyrunner
 import seccomp
 
@@ -214,6 +216,8 @@ class Template:
             limits=child.limits(self.cfg),  # once: the template's CPUs are its children's
             drop=os.geteuid() == 0,
             seccomp=self.installer.program if self.installer is not None else None,
+            spawn=protocol.SPAWN,
+            stop=protocol.STOP,
             prepare=_plain_scratch,
             empty=self._empty if self.own_tmp else _remove_plain,
         )
