@@ -61,6 +61,6 @@ def become(scratch: str) -> None:
     """What a new child does in Python, once _spawn.c has made it what ``limits`` and the
     template's seccomp part say (the parent's death signal, every descriptor but its channel
     closed, SIGCHLD back to the default and the template's signal mask, its scratch as its
-    directory, its rlimits, its own
-    uid, non-dumpable, no_new_privs and the filter, in that order): its HOME and TMPDIR."""
+    directory, its rlimits, its own uid, non-dumpable, no_new_privs and the filter, in that
+    order): its HOME and TMPDIR."""
     os.environ["HOME"] = os.environ["TMPDIR"] = scratch  # the rest: prepare()
