@@ -4,6 +4,7 @@ reach ``Database.transaction`` as SQLAlchemy's (a conflict, a lost connection)."
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import sqlite3
 from datetime import UTC, datetime
@@ -174,8 +175,11 @@ def test_a_connection_lost_mid_statement_is_an_outage_and_the_pool_heals(
             with psycopg.connect(admin_url, autocommit=True) as other:
                 other.execute("SELECT pg_terminate_backend(%s)", (pid,))
             tx.tools.count_outcome(tool_id, False, None)
-    for _ in range(runtime.database.engine.pool.size() + 1):  # every pooled connection works
-        with runtime.database.transaction() as tx:
+    # Every pooled connection works: held all at once, since the pool hands out the one used
+    # last first (LIFO), and one after the other would be the same connection each time.
+    with contextlib.ExitStack() as held:
+        for _ in range(runtime.database.engine.pool.size() + 1):
+            tx = held.enter_context(runtime.database.transaction(readonly=True))
             assert tx.tools.status(tool_id) == "active"
 
 
