@@ -287,6 +287,33 @@ def test_asyncio_is_preloaded_without_ssl_and_a_tool_can_still_import_ssl(
     assert out.value == {"ssl": False, "asyncio": True, "ran": 7, "tls": "PROTOCOL_TLS_CLIENT"}
 
 
+def test_modules_outside_the_preload_are_not_in_a_child_and_still_import(
+    sandbox: PythonSandbox,
+) -> None:
+    """Only what the preload list names (and what the jail's own code needs) is in the
+    template: every module more is page-table work for each fork and exit. tempfile, shutil
+    and the compression modules came in by accident once (importlib.abc); they are not there
+    when a tool starts, and a tool that imports them gets them, C libraries and all."""
+    names = ("tempfile", "shutil", "zlib", "bz2", "lzma", "importlib.abc", "importlib.resources")
+    code = (
+        "import sys\n"
+        f"NAMES = {names!r}\n"
+        "BEFORE = [n for n in NAMES if n in sys.modules]\n"
+        "def handle(i, c):\n"
+        "    import bz2, lzma, os, tempfile, zlib\n"
+        "    data = b'toolkiln' * 100\n"
+        "    same = all(m.decompress(m.compress(data)) == data for m in (zlib, bz2, lzma))\n"
+        "    with tempfile.TemporaryDirectory() as d:\n"
+        "        open(os.path.join(d, 'x'), 'w').close()\n"
+        "        made = os.listdir(d)\n"
+        "    return {'before': BEFORE, 'same': same, 'made': made,\n"
+        "            'asyncio': 'asyncio.base_events' in sys.modules}"
+    )
+    out = run(sandbox, code)
+    assert out.kind == "return", (out.kind, out.message)
+    assert out.value == {"before": [], "same": True, "made": ["x"], "asyncio": True}
+
+
 def test_a_child_starts_with_its_own_home_and_the_fixed_environment(sandbox: PythonSandbox) -> None:
     """The fixed part of the environment and the ignored signals are set once in the template
     (child.prepare), HOME and TMPDIR per child: together what each call sees."""

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import importlib.abc
 import inspect
 import io
 import marshal
@@ -27,9 +26,14 @@ PLAIN = frozenset({dict, list, str, int, float, bool, type(None)})
 # stdlib set cost ~1.4 ms of CPU per call more than this one (docs/benchmarks.md). asyncio
 # stays: async entrypoints are common and importing it per call costs far more.
 PRELOAD = ("asyncio", "datetime", "inspect", "json", "math", "re", "traceback")
+# The finders below are plain classes (``sys.meta_path`` asks only for ``find_spec``):
+# ``importlib.abc``, their base class before, imports ``importlib.resources``, so tempfile,
+# shutil, zlib, bz2 and lzma with their libraries: 25 of the template's 184 mappings and 1.4
+# MB of its anonymous memory, copied by every fork and torn down by every exit, for modules
+# no preload asked for (docs/benchmarks.md, step 48). A tool that imports them still can.
 
 
-class _NoSsl(importlib.abc.MetaPathFinder):
+class _NoSsl:
     def find_spec(self, name: str, path: object = None, target: object = None) -> None:
         if name in ("ssl", "_ssl"):
             raise ModuleNotFoundError(f"{name} is not preloaded", name=name)
@@ -93,7 +97,7 @@ class CappedText(io.TextIOBase):
         return out
 
 
-class PackageFinder(importlib.abc.MetaPathFinder):
+class PackageFinder:
     """Last on sys.meta_path: explains refused imports. It reports nothing to the host: the
     host alone decides, from the code, what to install (sandbox/packages.py)."""
 
