@@ -314,6 +314,29 @@ def test_modules_outside_the_preload_are_not_in_a_child_and_still_import(
     assert out.value == {"before": [], "same": True, "made": ["x"], "asyncio": True}
 
 
+def test_shutil_copies_and_moves_files_in_the_scratch(sandbox: PythonSandbox) -> None:
+    """shutil.copyfile copies with sendfile on Linux: the filter allows it (it was a kill, a
+    ``sandbox_violation`` for a tool copying its own file), as it allows copy_file_range."""
+    code = (
+        "import os, shutil, tempfile\n"
+        "def handle(i, c):\n"
+        "    d = tempfile.mkdtemp()\n"
+        "    with open(os.path.join(d, 'a'), 'w') as f:\n"
+        "        f.write('toolkiln' * 10000)\n"
+        "    shutil.copy(os.path.join(d, 'a'), os.path.join(d, 'b'))\n"
+        "    shutil.copytree(d, d + '-tree')\n"
+        "    shutil.move(os.path.join(d, 'b'), os.path.join(d, 'c'))\n"
+        "    tree = sorted(os.listdir(d + '-tree'))\n"
+        "    same = open(os.path.join(d, 'c')).read() == 'toolkiln' * 10000\n"
+        "    shutil.rmtree(d + '-tree')\n"
+        "    return {'here': sorted(os.listdir(d)), 'tree': tree, 'same': same,\n"
+        "            'gone': not os.path.exists(d + '-tree')}"
+    )
+    out = run(sandbox, code)
+    assert out.kind == "return", (out.kind, out.message)
+    assert out.value == {"here": ["a", "c"], "tree": ["a", "b"], "same": True, "gone": True}
+
+
 def test_a_child_starts_with_its_own_home_and_the_fixed_environment(sandbox: PythonSandbox) -> None:
     """The fixed part of the environment and the ignored signals are set once in the template
     (child.prepare), HOME and TMPDIR per child: together what each call sees."""

@@ -68,7 +68,9 @@ ALLOW = {
     "writev": 20, "access": 21, "pipe": 22, "select": 23, "sched_yield": 24, "mremap": 25,
     "msync": 26, "mincore": 27, "madvise": 28, "dup": 32, "dup2": 33, "pause": 34,
     "nanosleep": 35, "getitimer": 36, "alarm": 37, "setitimer": 38, "getpid": 39,
-    "sendto": 44, "recvfrom": 45, "sendmsg": 46, "recvmsg": 47, "shutdown": 48,
+    # sendfile: shutil.copyfile's way of copying on Linux (one read and one write in one call,
+    # on descriptors the process holds already).
+    "sendfile": 40, "sendto": 44, "recvfrom": 45, "sendmsg": 46, "recvmsg": 47, "shutdown": 48,
     "getsockname": 51, "getpeername": 52, "getsockopt": 55, "exit": 60, "wait4": 61,
     "uname": 63, "flock": 73, "fsync": 74, "fdatasync": 75,
     "truncate": 76, "ftruncate": 77, "getdents": 78, "getcwd": 79, "chdir": 80,
@@ -100,9 +102,7 @@ ALLOW = {
 
 # Calls CPython may probe and handle: refuse them with an error instead of a kill.
 REFUSE = {
-    "chown": 92, "fchown": 93, "lchown": 94, "fchownat": 260, "setxattr": 188,
-    "lsetxattr": 189, "fsetxattr": 190, "getxattr": 191, "lgetxattr": 192,
-    "fgetxattr": 193, "listxattr": 194, "llistxattr": 195, "flistxattr": 196,
+    "chown": 92, "fchown": 93, "lchown": 94, "fchownat": 260,
     "sched_setaffinity": 203, "setpriority": 141, "mlock": 149, "munlock": 150,
     "mlockall": 151, "munlockall": 152, "sync": 162, "syncfs": 306, "seccomp": 317,
     "inotify_init1": 294, "inotify_init": 253, "mbind": 237, "set_mempolicy": 238,
@@ -111,6 +111,13 @@ REFUSE = {
     "sysinfo": 99,
     # A timer's signal is chosen by the caller: it could pick SIGKILL (see OUTSIDE_SIGNALS).
     "timer_create": 222,
+}  # fmt: skip
+# Extended attributes: refused as a file system without them answers (ENOTSUP), which the
+# standard library expects and copes with (shutil.copy2 and copytree copy the rest); EPERM
+# made them fail.
+NO_XATTR = {
+    "setxattr": 188, "lsetxattr": 189, "fsetxattr": 190, "getxattr": 191, "lgetxattr": 192,
+    "fgetxattr": 193, "listxattr": 194, "llistxattr": 195, "flistxattr": 196,
 }  # fmt: skip
 
 SYS = {
@@ -175,6 +182,7 @@ def _rules() -> dict[int, list[tuple[int, int, int, int]]]:
     eperm = RET_ERRNO | errno.EPERM
     rules = {nr: [_ret(RET_ALLOW)] for nr in ALLOW.values()}
     rules.update({nr: [_ret(eperm)] for nr in REFUSE.values()})
+    rules.update({nr: [_ret(RET_ERRNO | errno.ENOTSUP)] for nr in NO_XATTR.values()})
     rules[SYS["clone3"]] = [_ret(RET_ERRNO | errno.ENOSYS)]
     rules[SYS["clone"]] = [
         _load(_arg_lo(0)),
