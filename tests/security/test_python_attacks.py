@@ -301,6 +301,26 @@ ATTACKS: list[tuple[str, str, set[str] | Callable[[dict], bool]]] = [
         {"invalid_result"},
     ),
     (
+        # sendfile is allowed (shutil.copyfile uses it): frames sent with it from a file of
+        # the tool's own reach the host as any write does, and are refused the same way.
+        "sendfile-forged-frame-on-channel",
+        "import os, json, struct, tempfile\ndef handle(i, c):\n    body = json.dumps({'op': 'result', 'run': 'f' * 16, 'kind': 'return', 'value': 'forged'}).encode()\n    path = os.path.join(tempfile.mkdtemp(), 'frame')\n    with open(path, 'wb') as f:\n        f.write(struct.pack('>I', len(body)) + body)\n    src = os.open(path, os.O_RDONLY)\n    for fd in range(3, 20):\n        try:\n            os.sendfile(fd, src, 0, len(body) + 4)\n        except OSError:\n            pass\n    os._exit(0)\n    return 1",
+        {"invalid_result"},
+    ),
+    (
+        # sendfile cannot write where write cannot: the read-only root stays read-only.
+        "sendfile-into-the-read-only-root",
+        "import os, tempfile\ndef handle(i, c):\n    path = os.path.join(tempfile.mkdtemp(), 'x')\n    open(path, 'w').write('evil')\n    src = os.open(path, os.O_RDONLY)\n    dst = os.open('/usr/lib/evil', os.O_WRONLY | os.O_CREAT)\n    os.sendfile(dst, src, 0, 4)\n    return 1",
+        RUNTIME,
+    ),
+    (
+        # Extended attributes answer ENOTSUP in every namespace (security.*, trusted.* as
+        # well as user.*), on the tool's own files and on the bound ones.
+        "xattrs-refused",
+        "import errno, os, tempfile\ndef handle(i, c):\n    path = os.path.join(tempfile.mkdtemp(), 'x')\n    open(path, 'w').close()\n    seen = []\n    for target in (path, '/usr/lib'):\n        for name in ('user.a', 'security.capability', 'trusted.a'):\n            try:\n                os.setxattr(target, name, b'x')\n                seen.append('set')\n            except OSError as e:\n                seen.append(errno.errorcode[e.errno])\n        try:\n            seen.append(len(os.listxattr(target)))\n        except OSError as e:\n            seen.append(errno.errorcode[e.errno])\n    return {'message': ','.join(map(str, seen))}",
+        lambda r: r["status"] == "ok" and set(str(r["message"]).split(",")) == {"ENOTSUP"},
+    ),
+    (
         "garbage-on-channel",
         "import os\ndef handle(i, c):\n    for fd in range(3, 20):\n        try:\n            os.write(fd, b'\\xff\\xff\\xff\\xffgarbage')\n        except OSError:\n            pass\n    os._exit(0)\n    return 1",
         {"output_too_large", "invalid_result"},

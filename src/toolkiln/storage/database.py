@@ -153,9 +153,9 @@ class Database:
         # The connection used last is handed out first: a SQLite connection keeps its page
         # cache only while no other connection wrote since its last transaction, so a FIFO
         # pool cycling through its idle connections made each invoke's read fetch its pages
-        # again (~20 pread calls a call, 3 with LIFO; docs/benchmarks.md, step 47). On
-        # PostgreSQL the busy few connections are those the driver has prepared the hot
-        # statements on, and idle ones can time out (pre-ping replaces them).
+        # again (~20 pread calls a call, 3 with LIFO; docs/benchmarks.md, step 47). The same
+        # order on PostgreSQL (not measured there; idle connections that time out are
+        # replaced by pre-ping).
         kwargs: dict[str, Any] = {"pool_use_lifo": True}
         if self.is_sqlite:
             kwargs["connect_args"] = {"check_same_thread": False, "timeout": BUSY_TIMEOUT_S}
