@@ -3,7 +3,8 @@
 USS (private pages: what killing the process would free) and PSS (shared pages split among
 the processes sharing them). The process tree under `toolkiln serve` is
 service -> template launcher -> template (PID 1 of its namespace) -> warm children;
-the JavaScript template's config names its runtime.
+the JavaScript template's config names its runtime, and the Python template for code that
+says `async` (with asyncio preloaded) says `"asyncio": true`.
 """
 
 from __future__ import annotations
@@ -66,6 +67,8 @@ def measure(service_pid: int) -> dict[str, object]:
         if "template.py" not in cmd:
             continue
         kind = "javascript" if '"runtime": "javascript"' in cmd else "python"
+        if '"asyncio": true' in cmd:
+            kind = "python_async"
         for template in tree.get(launcher, []):
             kids = [m for c in tree.get(template, []) if (m := mem(c)) is not None]
             out[f"{kind}_template"] = mem(template)
@@ -120,6 +123,10 @@ def lines(found: dict[str, object]) -> list[str]:
         f"| Python template | {mb(found.get('python_template'))} |",
         f"| per warm Python child ({found.get('python_children', 0)} warm) "
         f"| {mb(found.get('python_child'))} |",
+        f"| Python template for `async` code (asyncio preloaded) "
+        f"| {mb(found.get('python_async_template'))} |",
+        f"| per warm child of it ({found.get('python_async_children', 0)} warm) "
+        f"| {mb(found.get('python_async_child'))} |",
         f"| JavaScript template | {mb(found.get('javascript_template'))} |",
         f"| per JavaScript worker ({found.get('javascript_children', 0)} running) "
         f"| {mb(found.get('javascript_child'))} |",

@@ -114,6 +114,24 @@ def test_a_killed_python_template_is_restarted(python: PythonSandbox, which: str
     until(lambda: python.template.health()["warm"] >= 2, "a warm pool again")
 
 
+def test_the_python_template_for_async_code_heals_on_its_own(python: PythonSandbox) -> None:
+    """A Python sandbox has two templates (runner.needs_asyncio): killing the one for code
+    that says ``async`` shows in the sandbox's one pool health until it is restarted; async
+    code waits for it, other code never notices."""
+    py_async = "async def handle(i, c):\n    return 'fine'"
+    assert run(python, py_async).value == "fine"
+    assert python.async_template is not None
+    lean_before = python.template.health()["template_restarts"]
+    before = python.describe()["pool"]["template_restarts"]
+    os.kill(python.async_template._gen.proc.pid, signal.SIGKILL)  # type: ignore[union-attr]
+    until(lambda: "died" in (python.describe()["pool"]["reason"] or ""), "the death to be seen")
+    lean, said = run(python, PY_OK), run(python, py_async)
+    assert (lean.kind, lean.value, said.kind, said.value) == ("return", "fine") * 2, said.message
+    pool = python.describe()["pool"]
+    assert pool["template_restarts"] == before + 1 and not pool["degraded"], pool
+    assert python.template.health()["template_restarts"] == lean_before
+
+
 def test_killed_warm_children_are_never_handed_out(python: PythonSandbox) -> None:
     assert run(python, PY_OK).kind == "return"
     until(lambda: python.template.health()["warm"] >= 3, "three warm children")

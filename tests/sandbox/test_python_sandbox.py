@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -287,13 +288,15 @@ def test_asyncio_is_preloaded_without_ssl_and_a_tool_can_still_import_ssl(
     assert out.value == {"ssl": False, "asyncio": True, "ran": 7, "tls": "PROTOCOL_TLS_CLIENT"}
 
 
+@pytest.mark.parametrize("says_async", [False, True], ids=["lean-template", "asyncio-template"])
 def test_modules_outside_the_preload_are_not_in_a_child_and_still_import(
-    sandbox: PythonSandbox,
+    sandbox: PythonSandbox, says_async: bool
 ) -> None:
     """Only what the preload list names (and what the jail's own code needs) is in the
     template: every module more is page-table work for each fork and exit. tempfile, shutil
     and the compression modules came in by accident once (importlib.abc); they are not there
-    when a tool starts, and a tool that imports them gets them, C libraries and all."""
+    when a tool starts, in either template, and a tool that imports them gets them, C
+    libraries and all."""
     names = ("tempfile", "shutil", "zlib", "bz2", "lzma", "importlib.abc", "importlib.resources")
     code = (
         "import sys\n"
@@ -306,12 +309,52 @@ def test_modules_outside_the_preload_are_not_in_a_child_and_still_import(
         "    with tempfile.TemporaryDirectory() as d:\n"
         "        open(os.path.join(d, 'x'), 'w').close()\n"
         "        made = os.listdir(d)\n"
-        "    return {'before': BEFORE, 'same': same, 'made': made,\n"
-        "            'asyncio': 'asyncio.base_events' in sys.modules}"
-    )
+        "    return {'before': BEFORE, 'same': same, 'made': made}\n"
+    ) + ("# async\n" if says_async else "")
     out = run(sandbox, code)
     assert out.kind == "return", (out.kind, out.message)
-    assert out.value == {"before": [], "same": True, "made": ["x"], "asyncio": True}
+    assert out.value == {"before": [], "same": True, "made": ["x"]}
+
+
+def test_code_that_says_async_runs_where_asyncio_is_preloaded_and_other_code_without_it(
+    sandbox: PythonSandbox,
+) -> None:
+    """Two templates (runner.needs_asyncio): code that says ``async`` starts with asyncio
+    imported; any other code starts without it (cheaper forks, docs/benchmarks.md step 49)
+    and can still import and run it. Their children's uids are disjoint parts of the
+    sandbox's slot, so the two kinds of children never share a uid."""
+    low, count = int(sandbox.config["uid_base"]), int(sandbox.config["uid_count"])
+    lean = (
+        "import os, sys\n"
+        "NAME = 'asyn' + 'cio'\n"
+        "BEFORE = NAME + '.base_events' in sys.modules\n"
+        "def handle(i, c):\n"
+        "    aio = __import__(NAME)\n"
+        "    loop = aio.new_event_loop()\n"
+        "    try:\n"
+        "        ran = loop.run_until_complete(aio.sleep(0.001, result=7))\n"
+        "    finally:\n"
+        "        loop.close()\n"
+        "    return {'before': BEFORE, 'ran': ran, 'uid': os.getuid()}\n"
+    )
+    said = (
+        "import os, sys\n"
+        "BEFORE = 'asyncio.base_events' in sys.modules\n"
+        "async def handle(i, c):\n"
+        "    import asyncio\n"
+        "    ran = await asyncio.sleep(0.001, result=7)\n"
+        "    return {'before': BEFORE, 'ran': ran, 'uid': os.getuid()}\n"
+    )
+    seen: dict[bool, set[int]] = {False: set(), True: set()}
+    for _ in range(3):
+        for says, code in ((False, lean), (True, said)):
+            out = run(sandbox, code)
+            assert out.kind == "return", (out.kind, out.message)
+            assert out.value["before"] is says and out.value["ran"] == 7
+            seen[says].add(out.value["uid"])
+    split = low + count - runner_module.ASYNC_UIDS
+    assert all(low <= uid < split for uid in seen[False]), (seen, low, split)
+    assert all(split <= uid < low + count for uid in seen[True]), (seen, split, count)
 
 
 def test_shutil_copies_and_moves_files_in_the_scratch(sandbox: PythonSandbox) -> None:
@@ -479,10 +522,13 @@ def test_cgroups_a_crashed_sandbox_left_are_reused_and_removed_by_its_slots_next
 
 
 class _FewUids(PythonSandbox):
-    """A sandbox whose template may have only warm + 1 children alive at once."""
+    """A sandbox whose (lean) template may have only warm + 1 children alive at once."""
 
-    def _configure(self, config: dict[str, object]) -> None:
-        config["uid_count"] = int(config["warm"]) + 1  # type: ignore[call-overload]
+    def _template_configs(
+        self, config: dict[str, Any]
+    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        lean, with_asyncio = super()._template_configs(config)
+        return {**lean, "uid_count": int(config["warm"]) + 1}, with_asyncio
 
 
 def test_a_template_at_its_uid_capacity_makes_the_children_it_owes(

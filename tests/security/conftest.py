@@ -71,8 +71,10 @@ class Target:
         deadline = time.monotonic() + 5
         while True:
             running = len(self.sandbox_processes())
-            ready = sum(s.template.health()["warm"] for s in self.runtime.sandboxes.values())
-            if running <= ready + 1:  # +1: a replacement may be between fork and "ready"
+            pools = [t for s in self.runtime.sandboxes.values() for t in s.templates()]
+            ready = sum(t.health()["warm"] for t in pools)
+            # + one per pool: a replacement may be between fork and "ready"
+            if running <= ready + len(pools):
                 return
             assert time.monotonic() < deadline, f"{running} sandbox processes, {ready} warm"
             time.sleep(0.02)

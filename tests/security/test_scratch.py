@@ -67,7 +67,7 @@ def tenants(target: Target) -> tuple[Tenant, Tenant]:
 
 
 def _restarts(target: Target) -> int:
-    return int(target.runtime.sandboxes["python"].template.health()["template_restarts"])
+    return int(target.runtime.sandboxes["python"].describe()["pool"]["template_restarts"])
 
 
 def _beside(victim: Tenant, tool: str, payload: dict, attack) -> tuple[dict, object]:

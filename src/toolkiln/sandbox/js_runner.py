@@ -72,6 +72,12 @@ class JavaScriptSandbox(PythonSandbox):
 
     packages: JsPackageStore
 
+    def _template_configs(
+        self, config: dict[str, Any]
+    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """One template: a JavaScript worker's runner imports asyncio anyway."""
+        return config, None
+
     def prepare(self, code: str) -> None:
         """Start installing the listed packages ``code`` imports (see PythonSandbox)."""
         self.packages.prepare(_prepared(code)[1])

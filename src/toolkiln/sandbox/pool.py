@@ -61,6 +61,7 @@ class WarmChild:
     uses: int = 0  # calls served (JavaScript workers serve several)
     gen: int = 0  # which template process forked it
     owner: str | None = None  # the one workspace a long-lived worker serves, once it served one
+    home: Template | None = None  # the pool that made it (a Python sandbox has two)
 
     def alive(self) -> bool:
         """A pidfd polls readable once its process has ended."""
@@ -304,7 +305,7 @@ class Template:
                 os.close(pidfd)
                 return
             global_pid = _pid_of(pidfd)
-            child = WarmChild(int(msg["pid"]), global_pid, pidfd, sock, gen=gen.number)
+            child = WarmChild(int(msg["pid"]), global_pid, pidfd, sock, gen=gen.number, home=self)
             try:
                 if self.cgroups is not None:
                     child.cgroup = self.cgroups.attach(global_pid)

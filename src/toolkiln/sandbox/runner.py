@@ -31,6 +31,19 @@ log = logging.getLogger("toolkiln.sandbox")
 # from the call in flight (docs/benchmarks.md).
 WARM_NICE = 10
 COMPILE_TIMEOUT_MS = 10_000  # a compile child's run (the source's size is capped on save)
+# Of a sandbox's uid slot (256), the uids of its template for code that says `async`: 32
+# calls at once, 8 warm children and the ends still being reaped fit in them many times.
+ASYNC_UIDS = 64
+
+
+def needs_asyncio(code: str) -> bool:
+    """Whether ``code`` runs in the template that preloaded asyncio: code that says
+    ``async`` (``async def``, ``async with``, ``import asyncio``; ``await`` is only valid in
+    an ``async def``). Other code runs in the template without it, whose forks are cheaper
+    (docs/benchmarks.md, step 49). The choice is only about speed: code that reaches asyncio
+    without naming it (``__import__``, a package that imports it) still gets it, imported
+    in its call, as any module the template did not preload."""
+    return "async" in code
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,21 +163,59 @@ class PythonSandbox:
         self.compiled = Compiled()
         self._compiler = ThreadPoolExecutor(1, thread_name_prefix="toolkiln-compile")
         self._configure(self.config)
+        lean, with_asyncio = self._template_configs(self.config)
+        self.async_template: Template | None = None
         try:
-            self.template = Template(self.config, cgroups, strict=strict)
+            self.template = Template(lean, cgroups, strict=strict)
+            if with_asyncio is not None:
+                self.async_template = Template(with_asyncio, cgroups, strict=strict)
         except BaseException:
+            if getattr(self, "template", None) is not None:
+                self.template.close()
             self.uids.release()  # the slot is not held by a sandbox that never started
             raise
         if self.template.problems:
             log.warning("sandbox layers off: %s", "; ".join(self.template.problems))
 
+    def _template_configs(
+        self, config: dict[str, Any]
+    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """Two templates in one uid slot, with disjoint uids: one without asyncio, one with
+        it for code that says ``async`` (``needs_asyncio``). With asyncio in every child,
+        a fork and an exit cost more for every tool (docs/benchmarks.md, step 49)."""
+        lean_count = int(config["uid_count"]) - ASYNC_UIDS
+        lean = {**config, "uid_count": lean_count}
+        with_asyncio = {
+            **config,
+            "uid_base": int(config["uid_base"]) + lean_count,
+            "uid_count": ASYNC_UIDS,
+            "asyncio": True,
+        }
+        return lean, with_asyncio
+
+    def templates(self) -> list[Template]:
+        """Every pool of this sandbox (Python: two, JavaScript: one)."""
+        return [t for t in (self.template, self.async_template) if t is not None]
+
+    def _health(self) -> dict[str, Any]:
+        """The pools' health as one (the shape of ``Template.health``)."""
+        each = [t.health() for t in self.templates()]
+        reasons = [h["reason"] for h in each if h["degraded"]]
+        return {
+            "degraded": bool(reasons),
+            "reason": "; ".join(r for r in reasons if r) or None,
+            "warm": sum(h["warm"] for h in each),
+            "template_restarts": sum(h["template_restarts"] for h in each),
+            "dead_children_discarded": sum(h["dead_children_discarded"] for h in each),
+        }
+
     def describe(self) -> dict[str, Any]:
         lim = self.limits
         return {
             "available": True,
-            "ready": self.template.alive,
-            "pool": self.template.health(),  # for /healthz: degraded, why, what was healed
-            "insecure": bool(self.template.problems),
+            "ready": all(t.alive for t in self.templates()),
+            "pool": self._health(),  # for /healthz: degraded, why, what was healed
+            "insecure": any(t.problems for t in self.templates()),
             "entrypoints": [
                 {
                     "name": "main",
@@ -332,7 +383,7 @@ class PythonSandbox:
             return RunOutcome("infra", message="The nested run could not share its call's limits.")
         except BaseException:
             self._release(child, None, clean=False)  # never leave a taken child unreleased
-            self.template.forget_exit(child)  # nobody will ask how it ended
+            _pool_of(child, self.template).forget_exit(child)  # nobody will ask how it ended
             raise
         if member is None:
             self._release(child, RunOutcome("not_admitted"), clean=True)
@@ -393,6 +444,8 @@ class PythonSandbox:
     def _take(self, req: RunRequest, timeout: float) -> WarmChild:
         # The replacement is asked for when this child's end is reported (pool.py), not
         # now: forking it while the call runs took a core from the call in flight.
+        if self.async_template is not None and needs_asyncio(req.code):
+            return self.async_template.take(timeout=timeout, replenish=False)
         return self.template.take(timeout=timeout, replenish=False)
 
     def _release(self, child: WarmChild, outcome: RunOutcome | None, clean: bool) -> None:
@@ -400,7 +453,7 @@ class PythonSandbox:
         asked for when its end is reported)."""
         child.close()
         if outcome is not None and outcome.kind not in {"crash", "violation", "memory"}:
-            self.template.forget_exit(child)
+            _pool_of(child, self.template).forget_exit(child)
 
     def _from_frame_error(
         self, exc: protocol.FrameError, child: WarmChild, deadline: float, member: Membership
@@ -413,7 +466,7 @@ class PythonSandbox:
             return RunOutcome("too_large", details={"max_bytes": self.limits.caps.result_bytes})
         if exc.kind == "garbage":
             return RunOutcome("garbled", message=str(exc))
-        info = self.template.wait_exit(child, timeout=2.0)
+        info = _pool_of(child, self.template).wait_exit(child, timeout=2.0)
         if info is None:
             return RunOutcome("crash", message="its exit status is unknown.")
         if info.oom or (info.signal == signal.SIGKILL and member.shared_oom()):
@@ -440,11 +493,17 @@ class PythonSandbox:
 
     def close(self) -> None:
         self._compiler.shutdown(wait=False, cancel_futures=True)
-        self.template.close()
+        for template in self.templates():
+            template.close()
         if self.cgroups is not None:
             with contextlib.suppress(OSError):
                 self.cgroups.close()
         self.uids.release()
+
+
+def _pool_of(child: WarmChild, default: Template) -> Template:
+    """The template that made ``child``: its pid and generation mean something there only."""
+    return child.home if child.home is not None else default
 
 
 class _SourceOnly:

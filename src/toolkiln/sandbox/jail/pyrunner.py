@@ -24,8 +24,11 @@ TOOL_FILE = "<tool>"
 PLAIN = frozenset({dict, list, str, int, float, bool, type(None)})
 # Each preloaded module makes every fork (and exit) dearer: on the reference VM the full
 # stdlib set cost ~1.4 ms of CPU per call more than this one (docs/benchmarks.md). asyncio
-# stays: async entrypoints are common and importing it per call costs far more.
-PRELOAD = ("asyncio", "datetime", "inspect", "json", "math", "re", "traceback")
+# is preloaded by a second template, for code that names it or says `async` (the host picks,
+# runner.needs_asyncio): importing it per call costs 21-33 ms, and in every child it made
+# forks dearer for the tools that never use it (docs/benchmarks.md, step 49).
+PRELOAD = ("datetime", "inspect", "json", "math", "re", "traceback")
+ASYNC_PRELOAD = (*PRELOAD, "asyncio")
 # The finders below are plain classes (``sys.meta_path`` asks only for ``find_spec``):
 # ``importlib.abc``, their base class before, imports ``importlib.resources``, so tempfile,
 # shutil, zlib, bz2 and lzma with their libraries: 25 of the template's 184 mappings and 1.4

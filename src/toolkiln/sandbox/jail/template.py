@@ -29,6 +29,7 @@ import signal
 import socket
 import stat
 import sys
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -39,8 +40,10 @@ import protocol
 import pyrunner
 import seccomp
 
-with pyrunner.without_ssl():  # jsrunner imports asyncio
-    import jsrunner
+# The JavaScript runner (and asyncio with it) is imported by a JavaScript template only:
+# in a Python template it made every fork copy asyncio's modules and libraries whether or
+# not the template's preload asked for them (docs/benchmarks.md, step 49).
+jsrunner: Any = None
 
 NEW_ROOT = "/tmp/toolkiln-root"
 SCRATCH_FLAGS = linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC
@@ -383,10 +386,17 @@ def _start_v8() -> None:
 
 
 def main() -> None:
-    global _mini_racer
+    global _mini_racer, jsrunner
     cfg = json.loads(sys.argv[1])
     ctl = socket.socket(fileno=int(sys.argv[2]))
-    pyrunner.preload(cfg.get("preload", pyrunner.PRELOAD))
+    if cfg.get("runtime") == "javascript":
+        with pyrunner.without_ssl():  # jsrunner imports asyncio
+            import jsrunner as js
+
+        jsrunner = js
+    # The Python template for code that says async preloads asyncio too (runner.py).
+    lean = pyrunner.ASYNC_PRELOAD if cfg.get("asyncio") else pyrunner.PRELOAD
+    pyrunner.preload(cfg.get("preload") or lean)
     heap = linux.anonymous_ranges()  # before the new root hides /proc
     state = _setup(cfg, ctl)
     if cfg.get("runtime") == "javascript":
