@@ -357,6 +357,84 @@ def test_code_that_says_async_runs_where_asyncio_is_preloaded_and_other_code_wit
     assert all(split <= uid < low + count for uid in seen[True]), (seen, split, count)
 
 
+ASYNC_CASES = {
+    # asyncio.run's context is copied when it runs: what the module set is seen
+    "module-context-and-tasks-cancelled-at-the-end": (
+        "import asyncio, contextvars\n"
+        "VAR = contextvars.ContextVar('v')\n"
+        "VAR.set('module')\n"
+        "async def left():\n"
+        "    try:\n"
+        "        await asyncio.sleep(30)\n"
+        "    finally:\n"
+        "        print('cancelled at the end')\n"
+        "async def handle(i, c):\n"
+        "    loop = asyncio.get_running_loop()\n"
+        "    loop.create_task(left())\n"
+        "    await asyncio.sleep(0.001)\n"
+        "    return {'var': VAR.get(), 'current': loop is asyncio.get_event_loop()}\n",
+        {"var": "module", "current": True},
+        "cancelled at the end\n",
+    ),
+    "runs-on-the-loop-made-ahead": (
+        "import asyncio\n"
+        "AHEAD = asyncio.get_event_loop()\n"
+        "async def handle(i, c):\n"
+        "    return asyncio.get_running_loop() is AHEAD\n",
+        True,
+        "",
+    ),
+    "the-tool-closed-the-loop-made-ahead": (
+        "import asyncio\n"
+        "asyncio.get_event_loop().close()\n"
+        "async def handle(i, c):\n"
+        "    await asyncio.sleep(0.001)\n"
+        "    return 5\n",
+        5,
+        "",
+    ),
+    "a-plain-entry-runs-its-own-loop": (
+        "import asyncio\n"
+        "async def seven():\n"
+        "    await asyncio.sleep(0.001)\n"
+        "    return 7\n"
+        "def handle(i, c):\n"
+        "    return asyncio.run(seven()) + asyncio.run(seven())\n",
+        14,
+        "",
+    ),
+    "an-async-generator-finalized-at-the-end": (
+        "import asyncio\n"
+        "async def gen():\n"
+        "    try:\n"
+        "        yield 1\n"
+        "        yield 2\n"
+        "    finally:\n"
+        "        print('generator closed')\n"
+        "KEEP = []\n"
+        "async def handle(i, c):\n"
+        "    g = gen()\n"
+        "    KEEP.append(g)\n"
+        "    return await g.__anext__()\n",
+        1,
+        "generator closed\n",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ASYNC_CASES))
+def test_async_code_runs_as_under_asyncio_run(sandbox: PythonSandbox, case: str) -> None:
+    """An async entry runs on a loop its child made before the request (pyrunner
+    ._prepare_loop, docs/benchmarks.md step 50): what ``asyncio.run`` does still holds (a
+    copy of the context at the run, tasks left cancelled and async generators finalized
+    before the result, with their output in the logs), and a tool that closes that loop
+    or runs loops of its own still works."""
+    code, value, stdout = ASYNC_CASES[case]
+    out = run(sandbox, code)
+    assert out.kind == "return", (out.kind, out.message)
+    assert out.value == value and out.stdout == stdout, (out.value, out.stdout)
+
+
 def test_shutil_copies_and_moves_files_in_the_scratch(sandbox: PythonSandbox) -> None:
     """shutil.copyfile copies with sendfile on Linux: the filter allows it (it was a kill, a
     ``sandbox_violation`` for a tool copying its own file), as it allows copy_file_range."""

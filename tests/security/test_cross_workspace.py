@@ -91,6 +91,43 @@ def test_an_oversized_ctx_reply_leaves_nothing_for_the_next_call(pair: Pair, lan
     assert first["status"] == "ok" and first["raw_data"] == "too_large", first
 
 
+LOOP_LEAVER = (
+    "import asyncio\n"
+    "async def handle(input, ctx):\n"
+    "    loop = asyncio.get_running_loop()\n"
+    "    loop.tk_secret = input['secret']\n"
+    "    loop.call_later(0.2, print, input['secret'])\n"
+    "    asyncio.ensure_future(asyncio.sleep(30))\n"
+    "    return 'left'\n"
+)
+LOOP_LOOKER = (
+    "import asyncio\n"
+    "async def handle(input, ctx):\n"
+    "    loop = asyncio.get_running_loop()\n"
+    "    await asyncio.sleep(0.3)\n"
+    "    return {'secret': getattr(loop, 'tk_secret', None),\n"
+    "            'others': len(asyncio.all_tasks(loop)) - 1}\n"
+)
+
+
+def test_the_event_loop_made_ahead_is_each_calls_own(pair: Pair) -> None:
+    """A Python child makes its event loop before its request (pyrunner._prepare_loop):
+    what a call leaves on its loop (an attribute, a timer, a pending task) is never on
+    another call's, of its own workspace or another's."""
+    a, b = pair.a, pair.b
+    leaver = a.tool("loop-leaver", LOOP_LEAVER, language="python")
+    a_looker = a.tool("loop-looker", LOOP_LOOKER, language="python")
+    b_looker = b.tool("loop-looker", LOOP_LOOKER, language="python")
+    for _ in range(3):
+        left = a.invoke(leaver, {"secret": A_SECRET})
+        assert left["status"] == "ok" and left["raw_data"] == "left", left
+        for tenant_, looker in ((a, a_looker), (b, b_looker)):
+            seen = tenant_.invoke(looker)
+            assert seen["status"] == "ok", seen
+            assert seen["raw_data"] == {"secret": None, "others": 0}, seen
+            assert A_SECRET not in str(tenant_.stored(seen["tool_call_id"]))
+
+
 def worker_pids(rt: Runtime) -> set[int]:
     js = rt.sandboxes["javascript"]
     low = int(js.config["uid_base"])

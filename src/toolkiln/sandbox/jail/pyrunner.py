@@ -16,6 +16,7 @@ import sys
 import warnings
 from collections.abc import Iterator
 from types import CodeType, FunctionType
+from typing import Any
 
 import protocol
 
@@ -299,15 +300,53 @@ def _execute(req: dict, link: _Link, finder: PackageFinder) -> dict:
     try:
         value = _call(fn, req["entry"], req.get("input") or {}, ctx)
         if type(value) not in PLAIN and inspect.isawaitable(value):
-            import asyncio
-
-            async def wait() -> object:
-                return await value
-
-            value = asyncio.run(wait())
+            value = _wait_for(value)
         return {"kind": "return", "value": value}
     except BaseException as exc:
         return _exception(exc)
+
+
+# An asyncio.Runner made while the child waits for its request (``_prepare_loop``), in the
+# template for code that says async only; None elsewhere.
+_RUNNER: Any = None
+
+
+def _prepare_loop() -> None:
+    """Make the event loop an async tool's call will run on before the request comes: a new
+    loop in a fresh fork was ~0.9 ms of the ~1.6 ms ``asyncio.run`` took on a call's path
+    (docs/benchmarks.md, step 50). The loop, its epoll descriptor and its self-pipe are this
+    child's own, made after the fork, and the child serves one call: nothing is shared with
+    any other call. Only where asyncio is preloaded (any other child would import it). A
+    warm-up run on it as well cost more CPU than it saved (step 50)."""
+    global _RUNNER
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is None:
+        return
+    runner = asyncio.Runner()
+    runner.get_loop()  # made now, and set as the current loop, as asyncio.run does
+    _RUNNER = runner
+
+
+def _wait_for(value: Any) -> object:
+    """``asyncio.run`` of an awaitable, on the loop made ahead when there is one: a task of
+    its own in a copy of the current context (as ``asyncio.run`` makes it), then the
+    runner closed as ``asyncio.run`` closes it (remaining tasks cancelled, async generators
+    and the default executor shut down)."""
+
+    async def wait() -> object:
+        return await value
+
+    runner = _RUNNER
+    if runner is None or runner.get_loop().is_closed():  # the tool closed it: a new one
+        import asyncio
+
+        return asyncio.run(wait())
+    import contextvars  # asyncio's own import: in sys.modules already
+
+    try:
+        return runner.run(wait(), context=contextvars.copy_context())
+    finally:
+        runner.close()
 
 
 def _exception(exc: BaseException) -> dict:
@@ -352,6 +391,7 @@ def serve(sock: socket.socket, cfg: dict) -> None:
     link = _Link(sock, int(cfg["max_reply_bytes"]))
     if cfg.get("warm_up", True):
         _warm_up(link, finder)
+        _prepare_loop()
     req = link.reader.recv(int(cfg["max_request_bytes"]))
     link.run = req.get("run")
     sys.stdout, sys.stderr = out, err
