@@ -131,7 +131,12 @@ def lines(found: dict[str, object]) -> list[str]:
         f"| per JavaScript worker ({found.get('javascript_children', 0)} running) "
         f"| {mb(found.get('javascript_child'))} |",
     ]
-    for kind, what in (("python", "Python child"), ("javascript", "JavaScript worker")):
+    kinds = (
+        ("python", "Python child"),
+        ("python_async", "child for `async` code"),
+        ("javascript", "JavaScript worker"),
+    )
+    for kind, what in kinds:
         m = found.get(f"{kind}_child")
         if isinstance(m, Mem) and m.pss_kb:
             # One call in flight holds one child (Python) or one worker (JavaScript).
