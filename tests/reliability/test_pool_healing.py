@@ -9,12 +9,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from toolkiln.domain.execution import RunOutcome, RunRequest
 from toolkiln.sandbox.js_runner import JavaScriptSandbox
 from toolkiln.sandbox.packages import JsPackageStore, PackageStore
+from toolkiln.sandbox.pool import SandboxUnavailable
 from toolkiln.sandbox.runner import PythonSandbox
 
 PY_OK = "def handle(i, c):\n    return 'fine'"
@@ -235,6 +237,48 @@ def test_a_javascript_call_killed_from_outside_is_infra(javascript: JavaScriptSa
     worker.join(timeout=15)
     assert not worker.is_alive()
     assert box["out"].kind == "infra", (box["out"].kind, box["out"].message)
+
+
+def _slots_held() -> set[str]:
+    """The uid slot files this process holds open (a sandbox holds its slot's)."""
+    held = set()
+    for fd in Path("/proc/self/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if "toolkiln-uid-slots" in target:
+            held.add(target)
+    return held
+
+
+class _BrokenAsync(PythonSandbox):
+    """A sandbox whose second template (for code that says async) cannot start."""
+
+    slots: list[int] = []  # the uid slot each one claimed
+
+    def _template_configs(
+        self, config: dict[str, Any]
+    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        self.slots.append(self.uids.slot)
+        lean, with_asyncio = super()._template_configs(config)
+        assert with_asyncio is not None
+        return lean, {**with_asyncio, "packages_dir": "/nonexistent/toolkiln-gone"}
+
+
+def test_a_sandbox_whose_second_template_fails_to_start_leaves_nothing(tmp_path: Path) -> None:
+    """Strict mode refuses a sandbox whose template for async code cannot start; what the
+    first template had started (its warm children in cgroup slots, the cgroup tree, the uid
+    slot) is gone with it."""
+    before = _slots_held()
+    with pytest.raises(SandboxUnavailable):
+        _BrokenAsync(PackageStore(tmp_path / "pkgs"), warm=2, name="heal-half")
+    # Its own slot's tree (another run killed before its close may have left another's).
+    name = f"toolkiln-heal-half-u{_BrokenAsync.slots[-1]}"
+    left = [str(p) for p in Path("/sys/fs/cgroup").glob(f"*/{name}")]
+    left += [str(p) for p in Path("/sys/fs/cgroup").glob(name)]
+    assert not left, left
+    assert _slots_held() == before
 
 
 def test_a_broken_restart_is_retried_and_reported(tmp_path: Path) -> None:

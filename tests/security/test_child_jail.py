@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.security.conftest import Target
+from toolkiln.sandbox import runner
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "src" / "toolkiln" / "sandbox" / "jail"))
 import child  # the jail's own module, as the template imports it
@@ -50,7 +51,7 @@ def _warm(target: Target, runtime: str) -> list[tuple[int, dict]]:
             uid = int(status.split("\nUid:")[1].split()[0])
             if low <= uid < high:
                 found.append((int(entry.name), cfg))
-        if found and len(found) >= sandbox.template.health()["warm"]:
+        if found and len(found) >= sum(t.health()["warm"] for t in sandbox.templates()):
             return found
         assert time.monotonic() < deadline, f"no warm {runtime} process"
         time.sleep(0.05)
@@ -75,6 +76,7 @@ def test_a_new_process_is_jailed_before_its_first_line(target: Target, runtime: 
     import resource
 
     seen = 0
+    kinds = set()
     for pid, cfg in _warm(target, runtime):
         try:
             status = _status(pid)
@@ -105,9 +107,21 @@ def test_a_new_process_is_jailed_before_its_first_line(target: Target, runtime: 
         assert not shared, f"the template's descriptors {shared} in {pid}"
         if runtime == "python":
             channel = max(fds)
-            assert sorted(fds) == [0, 1, 2, channel], fds
             assert stat.S_ISSOCK(os.stat(f"/proc/{pid}/fd/{channel}").st_mode)
+            # A child of the template for code that says async has made its event loop
+            # (pyrunner._prepare_loop), after the fork: its epoll and its self-pipe.
+            says_async = uid >= cfg["uid_base"] + cfg["uid_count"] - runner.ASYNC_UIDS
+            kinds.add(says_async)
+            loop = sorted(set(fds) - {0, 1, 2, channel})
+            if says_async:
+                links = sorted(os.readlink(f"/proc/{pid}/fd/{fd}") for fd in loop)
+                assert len(links) == 3 and links[0] == "anon_inode:[eventpoll]", (fds, links)
+                assert all(link.startswith("socket:") for link in links[1:]), links
+            else:
+                assert loop == [], fds
     assert seen, f"no warm {runtime} process was read"
+    if runtime == "python":
+        assert kinds == {False, True}, "the children of both Python templates were read"
 
 
 def _inodes(pid: int) -> dict[int, int]:

@@ -328,9 +328,18 @@ ATTACKS: list[tuple[str, str, set[str] | Callable[[dict], bool]]] = [
 ]
 
 
+# A Python sandbox has two templates: code that says `async` runs in the one with asyncio
+# preloaded, whose children make their event loop before the request (runner.needs_asyncio,
+# pyrunner._prepare_loop). Every attack runs in both.
+TEMPLATES = {"lean": "", "async": "\n# async\n"}
+
+
+@pytest.mark.parametrize("template", sorted(TEMPLATES))
 @pytest.mark.parametrize("name,code,expect", ATTACKS, ids=[a[0] for a in ATTACKS])
-def test_attack_is_contained(target: Target, name: str, code: str, expect: Any) -> None:
-    res = target.run(code, timeout_ms=1500)
+def test_attack_is_contained(
+    target: Target, name: str, code: str, expect: Any, template: str
+) -> None:
+    res = target.run(code + TEMPLATES[template], timeout_ms=1500)
     if callable(expect):
         assert expect(res), (name, res["error"], res["raw_data"])
     else:
@@ -348,7 +357,10 @@ def test_the_suite_is_large_enough() -> None:
     assert len(ATTACKS) >= 40
 
 
-def test_no_state_survives_to_the_next_call(target: Target) -> None:
+@pytest.mark.parametrize(
+    "plant_in,look_in", [("lean", "lean"), ("async", "async"), ("async", "lean")]
+)
+def test_no_state_survives_to_the_next_call(target: Target, plant_in: str, look_in: str) -> None:
     plant = (
         "import builtins, os, sys, threading, time\n"
         "def handle(i, c):\n"
@@ -362,7 +374,7 @@ def test_no_state_survives_to_the_next_call(target: Target) -> None:
         "    math.pi = 3\n"
         "    return os.getcwd()"
     )
-    first = target.run(plant)
+    first = target.run(plant + TEMPLATES[plant_in])
     assert first["status"] == "ok", (first["error"], first["logs"])
     look = (
         "import builtins, os, sys, json\n"
@@ -371,7 +383,7 @@ def test_no_state_survives_to_the_next_call(target: Target) -> None:
         "            'env': 'PLANTED' in os.environ, 'tmp': os.path.exists('/tmp/planted'),\n"
         "            'old_cwd': os.path.exists(i['cwd'] + '/planted'), 'pi': __import__('math').pi}"
     )
-    second = target.run(look, {"cwd": first["raw_data"]})
+    second = target.run(look + TEMPLATES[look_in], {"cwd": first["raw_data"]})
     assert second["raw_data"] == {
         "builtins": False,
         "module": False,

@@ -34,6 +34,9 @@ COMPILE_TIMEOUT_MS = 10_000  # a compile child's run (the source's size is cappe
 # Of a sandbox's uid slot (256), the uids of its template for code that says `async`: 32
 # calls at once, 8 warm children and the ends still being reaped fit in them many times.
 ASYNC_UIDS = 64
+# Its warm children at most (TOOLKILN_SANDBOX_WARM is the other template's): with 32 calls
+# running, its 64 uids must leave room for them and for the ends still being reaped.
+ASYNC_WARM_MAX = 16
 
 
 def needs_asyncio(code: str) -> bool:
@@ -170,12 +173,19 @@ class PythonSandbox:
             if with_asyncio is not None:
                 self.async_template = Template(with_asyncio, cgroups, strict=strict)
         except BaseException:
+            # What a sandbox that never started holds: the first template's children (in
+            # cgroup slots), the cgroup tree, the compile thread and the uid slot.
             if getattr(self, "template", None) is not None:
                 self.template.close()
-            self.uids.release()  # the slot is not held by a sandbox that never started
+            if cgroups is not None:
+                with contextlib.suppress(OSError):
+                    cgroups.close()
+            self._compiler.shutdown(wait=False)
+            self.uids.release()
             raise
-        if self.template.problems:
-            log.warning("sandbox layers off: %s", "; ".join(self.template.problems))
+        for template in self.templates():
+            if template.problems:
+                log.warning("sandbox layers off: %s", "; ".join(template.problems))
 
     def _template_configs(
         self, config: dict[str, Any]
@@ -189,6 +199,7 @@ class PythonSandbox:
             **config,
             "uid_base": int(config["uid_base"]) + lean_count,
             "uid_count": ASYNC_UIDS,
+            "warm": min(int(config["warm"]), ASYNC_WARM_MAX),
             "asyncio": True,
         }
         return lean, with_asyncio
@@ -199,8 +210,13 @@ class PythonSandbox:
 
     def _health(self) -> dict[str, Any]:
         """The pools' health as one (the shape of ``Template.health``)."""
-        each = [t.health() for t in self.templates()]
-        reasons = [h["reason"] for h in each if h["degraded"]]
+        pools = self.templates()
+        each = [t.health() for t in pools]
+        reasons = [
+            h["reason"] if t is self.template else f"the template for async code: {h['reason']}"
+            for t, h in zip(pools, each, strict=True)
+            if h["degraded"]
+        ]
         return {
             "degraded": bool(reasons),
             "reason": "; ".join(r for r in reasons if r) or None,

@@ -317,13 +317,19 @@ def _prepare_loop() -> None:
     (docs/benchmarks.md, step 50). The loop, its epoll descriptor and its self-pipe are this
     child's own, made after the fork, and the child serves one call: nothing is shared with
     any other call. Only where asyncio is preloaded (any other child would import it). A
-    warm-up run on it as well cost more CPU than it saved (step 50)."""
+    warm-up run on it as well cost more CPU than it saved (step 50). The loop is not made
+    the current one until the call runs on it, as ``asyncio.run`` does: what the tool's
+    module does to ``asyncio.get_event_loop()`` is done to a loop of its own. If it cannot
+    be made here, the call makes it (``asyncio.run``)."""
     global _RUNNER
     asyncio = sys.modules.get("asyncio")
     if asyncio is None:
         return
-    runner = asyncio.Runner()
-    runner.get_loop()  # made now, and set as the current loop, as asyncio.run does
+    try:
+        runner = asyncio.Runner(loop_factory=asyncio.new_event_loop)
+        runner.get_loop()  # made now
+    except Exception:  # e.g. out of descriptors: the call makes its loop itself
+        return
     _RUNNER = runner
 
 
@@ -336,17 +342,20 @@ def _wait_for(value: Any) -> object:
     async def wait() -> object:
         return await value
 
-    runner = _RUNNER
-    if runner is None or runner.get_loop().is_closed():  # the tool closed it: a new one
-        import asyncio
-
-        return asyncio.run(wait())
+    import asyncio
     import contextvars  # asyncio's own import: in sys.modules already
 
+    runner = _RUNNER
+    if runner is None or runner.get_loop().is_closed():
+        return asyncio.run(wait())
+    asyncio.set_event_loop(runner.get_loop())  # current while it runs, as in asyncio.run
     try:
         return runner.run(wait(), context=contextvars.copy_context())
     finally:
-        runner.close()
+        try:
+            runner.close()
+        finally:
+            asyncio.set_event_loop(None)
 
 
 def _exception(exc: BaseException) -> dict:
