@@ -32,10 +32,10 @@ log = logging.getLogger("toolkiln.sandbox")
 WARM_NICE = 10
 COMPILE_TIMEOUT_MS = 10_000  # a compile child's run (the source's size is capped on save)
 # Of a sandbox's uid slot (256), the uids of its template for code that says `async`: 32
-# calls at once, 8 warm children and the ends still being reaped fit in them many times.
+# calls at once, at most ASYNC_WARM_MAX warm children and the ends still being reaped.
 ASYNC_UIDS = 64
-# Its warm children at most (TOOLKILN_SANDBOX_WARM is the other template's): with 32 calls
-# running, its 64 uids must leave room for them and for the ends still being reaped.
+# Its warm children at most (TOOLKILN_SANDBOX_WARM may ask up to 128, which the other
+# template's 192 uids hold with its 32 calls; these 64 would not).
 ASYNC_WARM_MAX = 16
 
 

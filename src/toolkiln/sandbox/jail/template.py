@@ -395,8 +395,8 @@ def main() -> None:
 
         jsrunner = js
     # The Python template for code that says async preloads asyncio too (runner.py).
-    lean = pyrunner.ASYNC_PRELOAD if cfg.get("asyncio") else pyrunner.PRELOAD
-    pyrunner.preload(cfg.get("preload") or lean)
+    python_preload = pyrunner.ASYNC_PRELOAD if cfg.get("asyncio") else pyrunner.PRELOAD
+    pyrunner.preload(cfg.get("preload") or python_preload)
     heap = linux.anonymous_ranges()  # before the new root hides /proc
     state = _setup(cfg, ctl)
     if cfg.get("runtime") == "javascript":
