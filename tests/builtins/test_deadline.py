@@ -137,7 +137,7 @@ def _answers_in_time(svc: Service, name: str, code: str, language: str = "python
     assert res["duration_ms"] < BOUND_MS and wall_ms < BOUND_MS, (wall_ms, res)
     # The built-in gave up inside the tool's time and said why; the tool got the envelope
     # and returned it, so the call itself is the tool's ordinary result, not a timeout.
-    assert res["status"] == "ok" and res["error"] is None, res
+    assert res["status"] == "ok" and res["error"] is None, (wall_ms, res["error"], res)
     envelope = res["raw_data"]
     assert envelope["error"] == "timeout", envelope
     assert "calling tool's time ran out" in envelope["details"]["message"], envelope
