@@ -61,7 +61,7 @@ class WarmChild:
     uses: int = 0  # calls served (JavaScript workers serve several)
     gen: int = 0  # which template process forked it
     owner: str | None = None  # the one workspace a long-lived worker serves, once it served one
-    home: Template | None = None  # the pool that made it (a Python sandbox has two)
+    home: Template | None = None  # the pool that made it (set by it; a Python sandbox has two)
 
     def alive(self) -> bool:
         """A pidfd polls readable once its process has ended."""

@@ -399,7 +399,7 @@ class PythonSandbox:
             return RunOutcome("infra", message="The nested run could not share its call's limits.")
         except BaseException:
             self._release(child, None, clean=False)  # never leave a taken child unreleased
-            _pool_of(child, self.template).forget_exit(child)  # nobody will ask how it ended
+            _pool_of(child).forget_exit(child)  # nobody will ask how it ended
             raise
         if member is None:
             self._release(child, RunOutcome("not_admitted"), clean=True)
@@ -469,7 +469,7 @@ class PythonSandbox:
         asked for when its end is reported)."""
         child.close()
         if outcome is not None and outcome.kind not in {"crash", "violation", "memory"}:
-            _pool_of(child, self.template).forget_exit(child)
+            _pool_of(child).forget_exit(child)
 
     def _from_frame_error(
         self, exc: protocol.FrameError, child: WarmChild, deadline: float, member: Membership
@@ -482,7 +482,7 @@ class PythonSandbox:
             return RunOutcome("too_large", details={"max_bytes": self.limits.caps.result_bytes})
         if exc.kind == "garbage":
             return RunOutcome("garbled", message=str(exc))
-        info = _pool_of(child, self.template).wait_exit(child, timeout=2.0)
+        info = _pool_of(child).wait_exit(child, timeout=2.0)
         if info is None:
             return RunOutcome("crash", message="its exit status is unknown.")
         if info.oom or (info.signal == signal.SIGKILL and member.shared_oom()):
@@ -517,9 +517,10 @@ class PythonSandbox:
         self.uids.release()
 
 
-def _pool_of(child: WarmChild, default: Template) -> Template:
+def _pool_of(child: WarmChild) -> Template:
     """The template that made ``child``: its pid and generation mean something there only."""
-    return child.home if child.home is not None else default
+    assert child.home is not None  # every child is made by a Template, which sets it
+    return child.home
 
 
 class _SourceOnly:

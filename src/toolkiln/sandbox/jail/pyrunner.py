@@ -346,7 +346,7 @@ def _wait_for(value: Any) -> object:
     import contextvars  # asyncio's own import: in sys.modules already
 
     runner = _RUNNER
-    if runner is None or runner.get_loop().is_closed():
+    if runner is None:
         return asyncio.run(wait())
     asyncio.set_event_loop(runner.get_loop())  # current while it runs, as in asyncio.run
     try:
