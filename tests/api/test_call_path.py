@@ -3,12 +3,18 @@ a call, whichever way it is reached (issue 9). Through the API, on SQLite and Po
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
+import pytest
+import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from tests.api.calls import invoke, make_tool
 from tests.conftest import Space
+from toolkiln.app import Runtime
+from toolkiln.services import router
 
 
 def _audit(client: TestClient, space: Space, **params: Any) -> list[dict[str, Any]]:
@@ -159,3 +165,33 @@ def test_a_tool_disabled_while_a_call_waits_is_not_run(client: TestClient, space
     assert res["error"]["code"] == "tool_disabled"
     after = client.get(f"/v1/custom-tools/{tool['id']}", headers=space.auth("read")).json()["data"]
     assert after["usage_count"] == 0
+
+
+def test_a_call_that_did_not_queue_keeps_the_status_its_read_saw(
+    client: TestClient, space: Space, runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The window in which the status read with the tool stands counts from when the run
+    asks for a sandbox process, not from when the read began: a slow read (here made slower
+    than the window on purpose) is not a queue, and its call reads the status once. A call
+    that does queue reads it again (test_fair_workers, test_disable_race)."""
+    monkeypatch.setattr(router, "ADMIT_FRESH_S", 0.5)  # wide: a loaded machine stays within
+    tool = make_tool(client, space, "read-once", "def main(**p):\n    return {'message': 'ok'}")
+    assert invoke(client, space, tool)["status"] == "ok"  # its validator and code are made
+    reads: list[str] = []
+
+    def on_begin(conn: Any) -> None:
+        if conn.info.get("toolkiln_readonly") and threading.current_thread().name.startswith(
+            "toolkiln-call"
+        ):
+            reads.append(threading.current_thread().name)
+            if len(reads) == 1:
+                time.sleep(0.6)  # the invoke's read takes longer than the window
+
+    engine = runtime.database.engine
+    sa.event.listen(engine, "begin", on_begin)
+    try:
+        res = invoke(client, space, tool)
+    finally:
+        sa.event.remove(engine, "begin", on_begin)
+    assert res["status"] == "ok", res
+    assert len(reads) == 1, reads  # before 2026-12-03: 2, the status read again

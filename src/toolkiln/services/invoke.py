@@ -5,7 +5,6 @@ router; what happens then is the router's alone."""
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -76,7 +75,6 @@ class InvokeService:
     ) -> Result:
         """Invoke a stored tool. Given the request's ``Bearer``, the token is checked in the
         call's one read (the token, the tool, the call id, the agent, the workspace policy)."""
-        read_at = time.monotonic()  # the status read below is this old when the run starts
         with self._uow(readonly=True) as tx:
             principal = (
                 credential
@@ -101,7 +99,7 @@ class InvokeService:
         budget.policy = policy
         origin = Origin.root(caller, call_id, budget)
         with raced_call_id(who):
-            return self._router.run_tool(origin, tool, payload, read_at=read_at)
+            return self._router.run_tool(origin, tool, payload)
 
     def test(
         self, principal: Principal, workspace_id: str, draft: ToolDraft, payload: Any

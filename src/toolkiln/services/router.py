@@ -35,8 +35,8 @@ from toolkiln.services.runs import Code, Runs
 Kind = Literal["builtin", "run_code", "custom", "refused"]
 MAX_NAME_CHARS = MAX_CTX_NAME_CHARS
 RUN_CODE_TIMEOUT_MS = 5000
-# A run whose sandbox process was ready within this long of when the tool's read began starts
-# with the status that read saw; later (it queued for a process), the status is read again.
+# A run whose sandbox process was ready within this long of asking for one starts with the
+# status the tool's read saw; one that waited longer (it queued) reads the status again.
 ADMIT_FRESH_S = 0.001
 
 
@@ -95,11 +95,10 @@ class Router:
             return to_ctx("refused", refused(origin.call_id, None, None, err))
         return to_ctx(kind, result)
 
-    def run_tool(self, origin: Origin, tool: Tool, payload: Any, *, read_at: float) -> Result:
+    def run_tool(self, origin: Origin, tool: Tool, payload: Any) -> Result:
         """Invoke a tool the caller may reach (possibly at a pinned version: the counters
-        are the tool's, code and schema the version's), as the call ``origin`` names.
-        ``read_at`` is when the read of ``tool`` began (``time.monotonic()``): its status is
-        the one checked below."""
+        are the tool's, code and schema the version's), as the call ``origin`` names, with
+        the status ``tool`` was read with unless the run queues (``_active``)."""
         if origin.parent_call_id is None:
             origin.budget.narrow(tool.timeout_ms)
         run = origin.entering(tool.id)
@@ -119,13 +118,14 @@ class Router:
                 ended = True
                 self._unrecorded.add(tool.id)
 
+        asked = time.monotonic()  # for a sandbox process: how long the run queues, below
         try:
             outcome = self._runs.run(
                 run,
                 code,
                 payload,
                 self.from_code,
-                admit=lambda: self._active(tool.id, read_at, run.deadline),
+                admit=lambda: self._active(tool.id, asked, run.deadline),
                 ended=on_end,
             )
             return self._recorded(run, tool, Runs.shape(run, code, tool.version, outcome))
@@ -174,7 +174,6 @@ class Router:
             if name == RUN_CODE_SPEC.name:
                 return self._snippet(origin, payload, nested)
             return "builtin", self._builtins.call(origin, policy, name, payload)
-        read_at = time.monotonic()
         tool = self._custom(origin, name, offer)
         if tool is None:
             return "refused", self._not_offered(origin, name, offer, None)
@@ -183,8 +182,8 @@ class Router:
             err = error("recursion", "A tool may not reach itself.", {"chain": chain})
             return "refused", refused(origin.call_id, tool.id, tool.version, err)
         if not nested:
-            return "custom", self.run_tool(origin, tool, payload, read_at=read_at)
-        result = self.run_tool(origin.nested(new_id()), tool, payload, read_at=read_at)
+            return "custom", self.run_tool(origin, tool, payload)
+        result = self.run_tool(origin.nested(new_id()), tool, payload)
         data = {
             "name": tool.name,
             "tool_id": tool.id,
@@ -301,18 +300,22 @@ class Router:
                 budget.policy = tx.workspaces.policy(origin.workspace_id)
         return budget.policy
 
-    def _active(self, tool_id: str, read_at: float, deadline: float) -> bool:
+    def _active(self, tool_id: str, asked: float, deadline: float) -> bool:
         """The status when the run starts, not when the request arrived (CONTRACT 4): the
         status read with the tool stands when a sandbox process was ready within
-        ``ADMIT_FRESH_S`` of when that read began (a warm process: no queue to be disabled
-        behind); a call that waited longer reads it again.
+        ``ADMIT_FRESH_S`` of when the run asked for one (``asked``, a ``time.monotonic()``):
+        a warm process, no queue to be disabled behind. A call that waited longer (for its
+        workspace's turn, a process, a package) reads it again. (Until 2026-12-03 the window
+        counted from when the read began, so a slow read, or a slow minute of the machine,
+        made a call that never queued read the status twice: 8.5% of sequential calls on a
+        slow VM, docs/benchmarks.md step 51.)
 
         A run of the same tool that ended here and whose record (the counters: maybe the
         disable) is still being written is waited for first: the process this call got
         may be the one that run gave back, and the call is queued behind that run. (It
         ran, as a fourth failure after the disabling third, when the read came first.)"""
         waited = self._unrecorded.wait(tool_id, deadline)
-        if not waited and time.monotonic() - read_at <= ADMIT_FRESH_S:
+        if not waited and time.monotonic() - asked <= ADMIT_FRESH_S:
             return True
         with self._uow(readonly=True) as tx:
             return tx.tools.status(tool_id) == "active"
