@@ -5,8 +5,10 @@ sessions (told through LISTEN/NOTIFY)."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import secrets
+import subprocess
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -75,7 +77,10 @@ def cluster(tmp_path: Path) -> Iterator[tuple[str, Serve, Serve]]:
             if nginx is not None:
                 nginx.stop()
             for r in replicas:
-                r.kill()
+                # SIGTERM, as an operator stops a replica: its sandboxes close and remove
+                # their cgroup trees (a SIGKILL left them for the next service to reuse).
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    r.terminate(30)
 
 
 def _answers(url: str) -> bool:
