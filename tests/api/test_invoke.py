@@ -207,6 +207,19 @@ def test_scopes_for_invoking(client: TestClient, space: Space, other_space: Spac
     assert client.post(url, json={"input": {}}, headers=space.auth("read")).status_code == 403
     other = other_space.auth("read", "write", "invoke")
     assert client.post(url, json={"input": {}}, headers=other).status_code == 404
+    missing = url.replace(r.json()["data"]["id"], "no-such-tool")
+    assert client.post(missing, json={"input": {}}, headers=rw).status_code == 404
+    nope = {"Authorization": "Bearer tk_no-such-token"}
+    assert client.post(url, json={"input": {}}, headers=nope).status_code == 401
+    # A revoked token is refused at its next call (the token and the tool are one read).
+    admin = space.auth("admin")
+    made = client.post(
+        "/v1/tokens", json={"workspace_id": space.id, "scopes": ["invoke"]}, headers=admin
+    ).json()["data"]
+    mine = {"Authorization": f"Bearer {made['token']}"}
+    assert client.post(url, json={"input": {}}, headers=mine).status_code == 200
+    assert client.delete(f"/v1/tokens/{made['id']}", headers=admin).status_code == 204
+    assert client.post(url, json={"input": {}}, headers=mine).status_code == 401
     assert (
         client.post(
             "/v1/run-code", json={"language": "python", "code": "x"}, headers=space.auth("read")

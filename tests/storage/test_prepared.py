@@ -83,6 +83,33 @@ def test_the_policy_read_gives_what_sqlalchemy_gives(runtime: Runtime, ws: str) 
     assert default == Policy()
 
 
+def test_the_invocations_one_read_gives_what_the_separate_reads_give(
+    runtime: Runtime, ws: str
+) -> None:
+    """``ToolRepo.get_as``: the token, the tool and its workspace's policy in one statement,
+    each exactly as its own read gives it; no tool is (token, None, None), no token None. A
+    tool of another workspace comes back too: whether the token may reach it is the
+    service's to decide (and it answers 404: tests/security/test_workspace_scope.py)."""
+    admin = Principal("test-admin", None, frozenset({"admin"}))
+    runtime.services.access.patch_policy(admin, ws, {"builtins": ["calculate"]})
+    tool_id = _tool(runtime, ws)
+    other = runtime.services.access.create_workspace(None, f"p-{secrets.token_hex(6)}").id
+    foreign = _tool(runtime, other)
+    hashed = runtime.services.access.create_token(None, ws, "invoke").record.token_hash
+    with runtime.database.transaction(readonly=True) as tx:
+        got = tx.tools.get_as(hashed, tool_id)
+        want = (tx.tokens.by_hash(hashed), tx.tools.get(tool_id), tx.workspaces.policy(ws))
+        missing = tx.tools.get_as(hashed, "no-such-tool")
+        unknown = tx.tools.get_as("no-such-hash", tool_id)
+        across = tx.tools.get_as(hashed, foreign)
+        want_across = tx.tools.get(foreign), tx.workspaces.policy(other)
+    assert got == want
+    assert got is not None and got[2] is not None and got[2].builtins == ["calculate"]
+    assert missing == (want[0], None, None)
+    assert unknown is None
+    assert across is not None and (across[1], across[2]) == want_across
+
+
 def test_writes_store_what_sqlalchemy_reads_back(runtime: Runtime, ws: str) -> None:
     """A call record and audit rows written by the prepared inserts, the counters by the
     prepared update, read back through SQLAlchemy: the same values, JSON and times included."""

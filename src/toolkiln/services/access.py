@@ -24,9 +24,18 @@ DEFAULT_WORKSPACE = "default"
 def principal_of(tx: UnitOfWork, bearer: str | None) -> Principal:
     """Who a bearer token is, read in the caller's transaction: the one rule for checking a
     token (revocation takes effect at the next request, on every replica)."""
+    return principal_from(tx.tokens.by_hash(hash_of(bearer)))
+
+
+def hash_of(bearer: str | None) -> str:
+    """The stored hash a bearer token is looked up by; no token is 401 before any read."""
     if not bearer:
         raise Unauthenticated("A bearer token is required.")
-    record = tx.tokens.by_hash(hash_token(bearer))
+    return hash_token(bearer)
+
+
+def principal_from(record: TokenRecord | None) -> Principal:
+    """The principal of the token record found by ``hash_of`` (None: none found)."""
     if record is None or record.revoked_at is not None:
         raise Unauthenticated("The token is unknown or revoked.")
     return Principal(record.id, record.workspace_id, record.scopes)

@@ -16,11 +16,11 @@ from toolkiln.domain.ids import new_id
 from toolkiln.domain.limits import MAX_CALL_ID_CHARS, MAX_TIMEOUT_MS
 from toolkiln.domain.origin import Budget, Caller, Origin, Source
 from toolkiln.domain.problems import Problem, problem
-from toolkiln.domain.records import AuditFilter, AuditRow, CallRecord
+from toolkiln.domain.records import AuditFilter, AuditRow, CallRecord, Policy
 from toolkiln.domain.results import Result
 from toolkiln.domain.text import is_client_id
 from toolkiln.domain.tools import ToolDraft, validate_draft
-from toolkiln.services.access import principal_of
+from toolkiln.services.access import hash_of, principal_from
 from toolkiln.services.ports import UnitOfWorkFactory
 from toolkiln.services.router import RUN_CODE_TIMEOUT_MS, Router
 from toolkiln.services.runs import Code, Runs
@@ -74,25 +74,29 @@ class InvokeService:
         self, credential: Principal | Bearer, tool_id: str, payload: Any, who: CallContext
     ) -> Result:
         """Invoke a stored tool. Given the request's ``Bearer``, the token is checked in the
-        call's one read (the token, the tool, the call id, the agent, the workspace policy)."""
+        call's one read (the token, the tool, the call id, the agent, the workspace policy);
+        the token, the tool and the policy come in one statement (``ToolRepo.get_as``)."""
         with self._uow(readonly=True) as tx:
-            principal = (
-                credential
-                if isinstance(credential, Principal)
-                else principal_of(tx, credential.value)
-            )
+            policy: Policy | None = None
+            if isinstance(credential, Principal):
+                principal = credential
+                tool = tx.tools.get(tool_id)
+            else:
+                found = tx.tools.get_as(hash_of(credential.value), tool_id)
+                token, tool, policy = found or (None, None, None)
+                principal = principal_from(token)
             principal.require("invoke")
             check_ids(who)
-            tool = tx.tools.get(tool_id)
             if tool is None or not principal.can_see(tool.workspace_id):
                 raise NotFound("No custom tool with that id.")
             call_id = who.tool_call_id or new_id()
             if who.tool_call_id is not None and tx.calls.exists(tool.workspace_id, call_id):
                 raise duplicate_call_id()
             agent = tx.agents.get(who.agent_id) if who.agent_id else None
-            # The workspace policy a ctx call checks, read here (one statement) rather than in
-            # a read transaction of its own at the run's first ctx call (step 40).
-            policy = tx.workspaces.policy(tool.workspace_id)
+            # The workspace policy a ctx call checks, read here rather than in a read
+            # transaction of its own at the run's first ctx call (step 40).
+            if policy is None:
+                policy = tx.workspaces.policy(tool.workspace_id)
         name = agent.name if agent and agent.workspace_id == tool.workspace_id else None
         caller = self.caller(principal, tool.workspace_id, who, agent_name=name)
         budget = Budget.lasting(tool.timeout_ms)

@@ -191,6 +191,21 @@ class SqlTools:
         row = _TOOL_BY_ID.first(self._c, {"id": tool_id})
         return self._row(row) if row else None
 
+    def get_as(
+        self, token_hash: str, tool_id: str
+    ) -> tuple[TokenRecord, Tool | None, Policy | None] | None:
+        """What an invocation reads, in one statement: the token with that hash (None: no
+        such token), the tool with that id and its workspace's policy (None, None: no such
+        tool). Whether the token may reach the tool is the caller's to decide."""
+        row = _TOOL_AS.first(self._c, {"h": token_hash, "id": tool_id})
+        if row is None:
+            return None
+        token = SqlTokens._row({k[3:]: v for k, v in row.items() if k.startswith("tk_")})
+        if row["tl_id"] is None:
+            return token, None, None
+        tool = self._row({k[3:]: v for k, v in row.items() if k.startswith("tl_")})
+        return token, tool, Policy.from_dict(row["ws_policy"])
+
     def status(self, tool_id: str) -> str | None:
         row = _TOOL_STATUS.first(self._c, {"id": tool_id})
         return row["status"] if row is not None else None
@@ -334,6 +349,21 @@ _COUNT_USAGE = Prepared(
 )
 _TOOL_BY_ID = Prepared(tools.select().where(_t.id == sa.bindparam("id")))
 _TOKEN_BY_HASH = Prepared(tokens.select().where(tokens.c.token_hash == sa.bindparam("h")))
+# An invocation's read in one statement (one round trip on PostgreSQL instead of three): the
+# token by its hash, the tool by its id (absent: NULLs) and its workspace's policy.
+_TOOL_AS = Prepared(
+    sa.select(
+        *(c.label(f"tk_{c.key}") for c in tokens.c),
+        *(c.label(f"tl_{c.key}") for c in tools.c),
+        workspaces.c.policy.label("ws_policy"),
+    )
+    .select_from(
+        tokens.outerjoin(tools, _t.id == sa.bindparam("id")).outerjoin(
+            workspaces, workspaces.c.id == _t.workspace_id
+        )
+    )
+    .where(tokens.c.token_hash == sa.bindparam("h"))
+)
 _TOOL_STATUS = Prepared(sa.select(_t.status).where(_t.id == sa.bindparam("id")))
 _POLICY = Prepared(sa.select(workspaces.c.policy).where(workspaces.c.id == sa.bindparam("id")))
 _CALL_EXISTS = Prepared(
