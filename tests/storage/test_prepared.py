@@ -210,6 +210,40 @@ def test_a_connection_lost_mid_statement_is_an_outage_and_the_pool_heals(
             assert tx.tools.status(tool_id) == "active"
 
 
+def test_a_connection_dropped_while_idle_is_replaced_before_use(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """PostgreSQL: a pooled connection idle for ``PING_IDLE_S`` is pinged at checkout, and
+    one the server dropped meanwhile (as a restart does) is replaced: the transaction works,
+    no error reaches the caller. One used a moment ago is not pinged (two round trips of
+    every invocation, docs/benchmarks.md step 53): if the server dropped it in that moment,
+    the statement is an outage (503) and the next transaction connects anew."""
+    url = PG_URL.replace("postgresql+psycopg://", "postgresql://")
+    db = Database(PG_URL, pool_size=1)
+
+    def backend() -> int:
+        with db.transaction(readonly=True) as tx:
+            return int(tx.tools._c.exec_driver_sql("SELECT pg_backend_pid()").scalar())
+
+    def drop(pid: int) -> None:
+        with psycopg.connect(url, autocommit=True) as other:
+            other.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+    try:
+        monkeypatch.setattr(database, "PING_IDLE_S", 0.0)  # every checkout is "idle"
+        first = backend()
+        drop(first)
+        second = backend()  # pinged, found dead, replaced: no error
+        assert second != first
+        monkeypatch.setattr(database, "PING_IDLE_S", 3600.0)  # none is
+        drop(second)
+        with pytest.raises(ServiceUnavailable):
+            backend()
+        assert backend() not in (first, second)  # and the pool healed
+    finally:
+        db.dispose()
+
+
 def test_a_write_lock_held_past_the_busy_timeout_is_an_outage(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -34,6 +34,8 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 MIGRATION_LOCK = zlib.crc32(b"toolkiln.migrate")
 CONNECT_TIMEOUT_S = 5
 POOL_TIMEOUT_S = 10
+# A PostgreSQL connection idle this long is pinged before use (_ping_idle).
+PING_IDLE_S = 1.0
 # PostgreSQL: how long the service waits for the server's answer to one round trip on an
 # open connection (a statement, a commit, the pool's pre-ping). A server that stops
 # answering but keeps its connections open (a hung host, a frozen process, a partition)
@@ -91,6 +93,31 @@ def _wal(cur: sqlite3.Cursor) -> None:
 
 # Set while migrating (Database.migrate): that work has no ANSWER_TIMEOUT_S.
 _unbounded_now = contextvars.ContextVar("toolkiln_unbounded", default=False)
+
+
+def _ping_idle(engine: sa.Engine) -> None:
+    """Ping a PostgreSQL connection at checkout only when it sat idle for ``PING_IDLE_S``
+    (a dead one is replaced, up to three times, as ``pool_pre_ping`` does; SQLAlchemy's
+    documented checkout recipe). ``pool_pre_ping`` pinged at every checkout: two round trips
+    of each invocation's ten (its read and its write), ~0.09 ms each on loopback and more
+    over a network (docs/benchmarks.md, step 53). A connection checked in a moment ago is
+    almost surely alive; if the server did go away in that moment, the statement fails as
+    an outage (503 with Retry-After, the connection invalidated) and the next one connects
+    anew: the service still recovers by itself (tests/reliability/test_database_outage.py)."""
+
+    @sa.event.listens_for(engine, "checkin")
+    def _checked_in(_dbapi: Any, record: Any) -> None:
+        record.info["idle_since"] = time.monotonic()
+
+    @sa.event.listens_for(engine, "checkout")
+    def _checked_out(dbapi: Any, record: Any, _proxy: Any) -> None:
+        since = record.info.pop("idle_since", None)
+        if since is None or time.monotonic() - since < PING_IDLE_S:
+            return  # new (it just connected), or in use a moment ago
+        try:
+            engine.dialect.do_ping(dbapi)  # the dialect's own ping, as pool_pre_ping's
+        except Exception as exc:
+            raise sa.exc.DisconnectionError(str(exc).splitlines()[0] if str(exc) else "") from exc
 
 
 class _BoundedConnection(psycopg.Connection[Any]):
@@ -161,14 +188,14 @@ class Database:
             kwargs["connect_args"] = {"check_same_thread": False, "timeout": BUSY_TIMEOUT_S}
             kwargs["pool_size"] = pool_size
         else:
-            # Pre-ping replaces connections a restarted server dropped, so the service
-            # recovers by itself; the timeouts make an outage a fast 503, never a hang: a
-            # new connection within CONNECT_TIMEOUT_S, each answer on an open one within
-            # ANSWER_TIMEOUT_S (_BoundedConnection), a free connection within POOL_TIMEOUT_S.
+            # A ping replaces connections a restarted server dropped, so the service recovers
+            # by itself (_ping_idle: only connections idle for PING_IDLE_S); the timeouts make
+            # an outage a fast 503, never a hang: a new connection within CONNECT_TIMEOUT_S,
+            # each answer on an open one within ANSWER_TIMEOUT_S (_BoundedConnection), a
+            # free connection within POOL_TIMEOUT_S.
             kwargs.update(
                 pool_size=pool_size,
                 max_overflow=pool_size,
-                pool_pre_ping=True,
                 pool_timeout=POOL_TIMEOUT_S,
             )
             given = sa.make_url(url).query
@@ -182,6 +209,8 @@ class Database:
             @sa.event.listens_for(self.engine, "do_connect")
             def _connect(_dialect: Any, _record: Any, cargs: Any, cparams: Any) -> Any:
                 return _BoundedConnection.connect(*cargs, **cparams)
+
+            _ping_idle(self.engine)
 
         # SQLite has one writer at a time; when threads of this process queue for it inside
         # SQLite, its busy handler sleeps with backoff (up to 100 ms a try). Queueing on a
