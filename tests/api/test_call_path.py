@@ -170,10 +170,11 @@ def test_a_tool_disabled_while_a_call_waits_is_not_run(client: TestClient, space
 def test_a_call_that_did_not_queue_keeps_the_status_its_read_saw(
     client: TestClient, space: Space, runtime: Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The window in which the status read with the tool stands counts from when the run
-    asks for a sandbox process, not from when the read began: a slow read (here made slower
-    than the window on purpose) is not a queue, and its call reads the status once. A call
-    that does queue reads it again (test_fair_workers, test_disable_race)."""
+    """The window in which the status read with the tool stands counts from the statement
+    that read it, not from when the read's transaction began: a slow start of the read (a
+    pool checkout, a ping, BEGIN; here made slower than the window on purpose) is not a
+    queue, and its call reads the status once. A call that does queue reads it again
+    (test_fair_workers, test_disable_race, and the test below)."""
     monkeypatch.setattr(router, "ADMIT_FRESH_S", 0.5)  # wide: a loaded machine stays within
     tool = make_tool(client, space, "read-once", "def main(**p):\n    return {'message': 'ok'}")
     assert invoke(client, space, tool)["status"] == "ok"  # its validator and code are made
@@ -195,3 +196,34 @@ def test_a_call_that_did_not_queue_keeps_the_status_its_read_saw(
         sa.event.remove(engine, "begin", on_begin)
     assert res["status"] == "ok", res
     assert len(reads) == 1, reads  # before 2026-12-03: 2, the status read again
+
+
+def test_a_tool_disabled_between_its_read_and_its_run_is_not_run(
+    client: TestClient, space: Space, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CONTRACT 4, the gap after the read: the tool is disabled after the invocation read it
+    as active and before its run asked for a process (here while its input is validated,
+    then 50 ms more). The status that read saw is too old when a process is ready, so the
+    run reads it again and is refused. (A version that counted the window from when the
+    run asked for a process ran it: found by review.)"""
+    code = "def main(**p):\n    return {'message': 'ran'}"
+    tool = make_tool(client, space, "disabled-in-the-gap", code)
+    assert invoke(client, space, tool)["status"] == "ok"
+    real = router.input_problems
+    fired: list[int] = []
+
+    def validate_then_disable(validator: Any, payload: Any) -> Any:
+        if threading.current_thread().name.startswith("toolkiln-call") and not fired:
+            fired.append(1)
+            r = client.post(f"/v1/custom-tools/{tool['id']}/disable", headers=space.auth("write"))
+            assert r.status_code == 200, r.text
+            time.sleep(0.05)
+        return real(validator, payload)
+
+    monkeypatch.setattr(router, "ADMIT_FRESH_S", 0.02)  # wider than a process takes to come
+    monkeypatch.setattr(router, "input_problems", validate_then_disable)
+    res = invoke(client, space, tool)
+    assert fired and res["error"] is not None, res
+    assert res["error"]["code"] == "tool_disabled", res
+    after = client.get(f"/v1/custom-tools/{tool['id']}", headers=space.auth("read")).json()["data"]
+    assert after["usage_count"] == 1, after  # the first call only

@@ -6,8 +6,10 @@ sessions (told through LISTEN/NOTIFY)."""
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import secrets
+import signal
 import subprocess
 import threading
 from collections import Counter
@@ -29,6 +31,8 @@ from tests.reliability.harness import (
     listed_then_changed,
     wait_for,
 )
+from toolkiln.cli.main import DRAIN_MARGIN_S
+from toolkiln.domain.limits import MAX_TIMEOUT_MS
 
 TOKEN = "tk_replicas-admin-token"
 CALLS = 40
@@ -79,8 +83,12 @@ def cluster(tmp_path: Path) -> Iterator[tuple[str, Serve, Serve]]:
             for r in replicas:
                 # SIGTERM, as an operator stops a replica: its sandboxes close and remove
                 # their cgroup trees (a SIGKILL left them for the next service to reuse).
+                # Longer than serve's drain of calls in flight (MAX_TIMEOUT_MS + margin);
+                # past it terminate() kills the group itself.
                 with contextlib.suppress(subprocess.TimeoutExpired):
-                    r.terminate(30)
+                    r.terminate(MAX_TIMEOUT_MS / 1000 + DRAIN_MARGIN_S + 10)
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(r.proc.pid, signal.SIGKILL)  # a straggler of its group, if any
 
 
 def _answers(url: str) -> bool:

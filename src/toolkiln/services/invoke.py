@@ -5,6 +5,7 @@ router; what happens then is the router's alone."""
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -76,13 +77,16 @@ class InvokeService:
         """Invoke a stored tool. Given the request's ``Bearer``, the token is checked in the
         call's one read (the token, the tool, the call id, the agent, the workspace policy);
         the token, the tool and the policy come in one statement (``ToolRepo.get_as``)."""
+        # No token is a 401 before any connection is taken (and so never a 503).
+        hashed = "" if isinstance(credential, Principal) else hash_of(credential.value)
         with self._uow(readonly=True) as tx:
             policy: Policy | None = None
+            read_at = time.monotonic()  # the status read below is this old when the run starts
             if isinstance(credential, Principal):
                 principal = credential
                 tool = tx.tools.get(tool_id)
             else:
-                found = tx.tools.get_as(hash_of(credential.value), tool_id)
+                found = tx.tools.get_as(hashed, tool_id)
                 token, tool, policy = found or (None, None, None)
                 principal = principal_from(token)
             principal.require("invoke")
@@ -103,7 +107,7 @@ class InvokeService:
         budget.policy = policy
         origin = Origin.root(caller, call_id, budget)
         with raced_call_id(who):
-            return self._router.run_tool(origin, tool, payload)
+            return self._router.run_tool(origin, tool, payload, read_at=read_at)
 
     def test(
         self, principal: Principal, workspace_id: str, draft: ToolDraft, payload: Any

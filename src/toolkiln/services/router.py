@@ -29,14 +29,14 @@ from toolkiln.domain.results import Result, error, refused
 from toolkiln.domain.schema import InputValidator, compile_validator, input_problems
 from toolkiln.domain.tools import Tool
 from toolkiln.services.dispatch import Builtins
-from toolkiln.services.ports import UnitOfWorkFactory
+from toolkiln.services.ports import UnitOfWork, UnitOfWorkFactory
 from toolkiln.services.runs import Code, Runs
 
 Kind = Literal["builtin", "run_code", "custom", "refused"]
 MAX_NAME_CHARS = MAX_CTX_NAME_CHARS
 RUN_CODE_TIMEOUT_MS = 5000
-# A run whose sandbox process was ready within this long of asking for one starts with the
-# status the tool's read saw; one that waited longer (it queued) reads the status again.
+# A run whose sandbox process was ready within this long of the statement that read its
+# tool starts with the status that statement saw; later (it queued), it reads it again.
 ADMIT_FRESH_S = 0.001
 
 
@@ -95,10 +95,11 @@ class Router:
             return to_ctx("refused", refused(origin.call_id, None, None, err))
         return to_ctx(kind, result)
 
-    def run_tool(self, origin: Origin, tool: Tool, payload: Any) -> Result:
+    def run_tool(self, origin: Origin, tool: Tool, payload: Any, *, read_at: float) -> Result:
         """Invoke a tool the caller may reach (possibly at a pinned version: the counters
-        are the tool's, code and schema the version's), as the call ``origin`` names, with
-        the status ``tool`` was read with unless the run queues (``_active``)."""
+        are the tool's, code and schema the version's), as the call ``origin`` names.
+        ``read_at`` is when the statement that read ``tool`` was sent (``time.monotonic()``,
+        after its transaction began): its status is the one ``_active`` checks."""
         if origin.parent_call_id is None:
             origin.budget.narrow(tool.timeout_ms)
         run = origin.entering(tool.id)
@@ -118,14 +119,13 @@ class Router:
                 ended = True
                 self._unrecorded.add(tool.id)
 
-        asked = time.monotonic()  # for a sandbox process: how long the run queues, below
         try:
             outcome = self._runs.run(
                 run,
                 code,
                 payload,
                 self.from_code,
-                admit=lambda: self._active(tool.id, asked, run.deadline),
+                admit=lambda: self._active(tool.id, read_at, run.deadline),
                 ended=on_end,
             )
             return self._recorded(run, tool, Runs.shape(run, code, tool.version, outcome))
@@ -174,7 +174,7 @@ class Router:
             if name == RUN_CODE_SPEC.name:
                 return self._snippet(origin, payload, nested)
             return "builtin", self._builtins.call(origin, policy, name, payload)
-        tool = self._custom(origin, name, offer)
+        tool, read_at = self._custom(origin, name, offer)
         if tool is None:
             return "refused", self._not_offered(origin, name, offer, None)
         if tool.id in origin.chain:
@@ -182,8 +182,8 @@ class Router:
             err = error("recursion", "A tool may not reach itself.", {"chain": chain})
             return "refused", refused(origin.call_id, tool.id, tool.version, err)
         if not nested:
-            return "custom", self.run_tool(origin, tool, payload)
-        result = self.run_tool(origin.nested(new_id()), tool, payload)
+            return "custom", self.run_tool(origin, tool, payload, read_at=read_at)
+        result = self.run_tool(origin.nested(new_id()), tool, payload, read_at=read_at)
         data = {
             "name": tool.name,
             "tool_id": tool.id,
@@ -244,24 +244,30 @@ class Router:
         code = Code(language, source, entry, timeout_ms)
         return Runs.shape(run, code, None, self._runs.run(run, code, given, self.from_code))
 
-    def _custom(self, origin: Origin, name: str, offer: Offer | None) -> Tool | None:
+    def _custom(self, origin: Origin, name: str, offer: Offer | None) -> tuple[Tool | None, float]:
         """The custom tool ``name`` means to this caller: its name (or the name with ``_``
         for ``-``) or ``custom_{id}``, in the caller's workspace; with an offer, only a tool
-        offered, at its pinned version."""
+        offered, at its pinned version. With when its first statement was sent."""
         with self._uow(readonly=True) as tx:
-            tool = tx.tools.by_name(origin.workspace_id, name)
-            if tool is None and "_" in name and not name.startswith(CUSTOM_PREFIX):
-                tool = tx.tools.by_name(origin.workspace_id, name.replace("_", "-"))
-            if tool is None and name.startswith(CUSTOM_PREFIX):
-                tool = tx.tools.get(name.removeprefix(CUSTOM_PREFIX))
-            if tool is None or tool.workspace_id != origin.workspace_id:
-                return None
-            if offer is None:
-                return tool
-            if tool.id not in offer.custom:
-                return None
-            pinned = offer.custom[tool.id]
-            version = tx.tools.version(tool.id, pinned) if pinned else None
+            read_at = time.monotonic()
+            return self._custom_in(tx, origin, name, offer), read_at
+
+    def _custom_in(
+        self, tx: UnitOfWork, origin: Origin, name: str, offer: Offer | None
+    ) -> Tool | None:
+        tool = tx.tools.by_name(origin.workspace_id, name)
+        if tool is None and "_" in name and not name.startswith(CUSTOM_PREFIX):
+            tool = tx.tools.by_name(origin.workspace_id, name.replace("_", "-"))
+        if tool is None and name.startswith(CUSTOM_PREFIX):
+            tool = tx.tools.get(name.removeprefix(CUSTOM_PREFIX))
+        if tool is None or tool.workspace_id != origin.workspace_id:
+            return None
+        if offer is None:
+            return tool
+        if tool.id not in offer.custom:
+            return None
+        pinned = offer.custom[tool.id]
+        version = tx.tools.version(tool.id, pinned) if pinned else None
         return tool.at(version) if version is not None else tool
 
     def _not_offered(
@@ -300,22 +306,22 @@ class Router:
                 budget.policy = tx.workspaces.policy(origin.workspace_id)
         return budget.policy
 
-    def _active(self, tool_id: str, asked: float, deadline: float) -> bool:
+    def _active(self, tool_id: str, read_at: float, deadline: float) -> bool:
         """The status when the run starts, not when the request arrived (CONTRACT 4): the
         status read with the tool stands when a sandbox process was ready within
-        ``ADMIT_FRESH_S`` of when the run asked for one (``asked``, a ``time.monotonic()``):
-        a warm process, no queue to be disabled behind. A call that waited longer (for its
-        workspace's turn, a process, a package) reads it again. (Until 2026-12-03 the window
-        counted from when the read began, so a slow read, or a slow minute of the machine,
-        made a call that never queued read the status twice: 8.5% of sequential calls on a
-        slow VM, docs/benchmarks.md step 51.)
+        ``ADMIT_FRESH_S`` of when the statement that read it was sent (``read_at``): the
+        status is then at most that old when the run starts, and the call did not queue. A
+        call that waited longer (for its workspace's turn, a process, a package, the GIL)
+        reads it again. (Until 2026-12-03 the window counted from before the read's
+        transaction began, its pool checkout and BEGIN included: on a slow minute calls
+        that never queued read the status twice; docs/benchmarks.md, step 51.)
 
         A run of the same tool that ended here and whose record (the counters: maybe the
         disable) is still being written is waited for first: the process this call got
         may be the one that run gave back, and the call is queued behind that run. (It
         ran, as a fourth failure after the disabling third, when the read came first.)"""
         waited = self._unrecorded.wait(tool_id, deadline)
-        if not waited and time.monotonic() - asked <= ADMIT_FRESH_S:
+        if not waited and time.monotonic() - read_at <= ADMIT_FRESH_S:
             return True
         with self._uow(readonly=True) as tx:
             return tx.tools.status(tool_id) == "active"

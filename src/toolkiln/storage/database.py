@@ -37,7 +37,7 @@ POOL_TIMEOUT_S = 10
 # A PostgreSQL connection idle this long is pinged before use (_ping_idle).
 PING_IDLE_S = 1.0
 # PostgreSQL: how long the service waits for the server's answer to one round trip on an
-# open connection (a statement, a commit, the pool's pre-ping). A server that stops
+# open connection (a statement, a commit, the ping of an idle pooled one). A server that stops
 # answering but keeps its connections open (a hung host, a frozen process, a partition)
 # would otherwise hold the request, and its thread, for ever: nothing on the server side
 # (statement_timeout) can end a wait when the server itself does not run. A connection
@@ -97,13 +97,17 @@ _unbounded_now = contextvars.ContextVar("toolkiln_unbounded", default=False)
 
 def _ping_idle(engine: sa.Engine) -> None:
     """Ping a PostgreSQL connection at checkout only when it sat idle for ``PING_IDLE_S``
-    (a dead one is replaced, up to three times, as ``pool_pre_ping`` does; SQLAlchemy's
-    documented checkout recipe). ``pool_pre_ping`` pinged at every checkout: two round trips
-    of each invocation's ten (its read and its write), ~0.09 ms each on loopback and more
-    over a network (docs/benchmarks.md, step 53). A connection checked in a moment ago is
-    almost surely alive; if the server did go away in that moment, the statement fails as
-    an outage (503 with Retry-After, the connection invalidated) and the next one connects
-    anew: the service still recovers by itself (tests/reliability/test_database_outage.py)."""
+    since its checkin (SQLAlchemy's documented checkout-event recipe, with the dialect's own
+    ping). A failed ping raises ``InvalidatePoolError``, as ``pool_pre_ping`` does: the pool
+    then replaces that connection (one more try) and every connection made before it, the
+    recently used ones included. ``pool_pre_ping`` pinged at every checkout: two round trips
+    of each invocation's ten, ~0.09 ms each on loopback and more over a network
+    (docs/benchmarks.md, step 53). A connection taken again less than ``PING_IDLE_S`` after
+    its checkin is used unpinged; if the server dropped it in that moment (a restart), the
+    statement fails as an outage (503 with Retry-After) and that connection is replaced:
+    under load, each pooled connection taken again that fast can cost one such 503 until a
+    ping finds the restart (tests/storage/test_prepared.py; the service recovers by itself:
+    tests/reliability/test_database_outage.py)."""
 
     @sa.event.listens_for(engine, "checkin")
     def _checked_in(_dbapi: Any, record: Any) -> None:
@@ -116,20 +120,22 @@ def _ping_idle(engine: sa.Engine) -> None:
             return  # new (it just connected), or in use a moment ago
         try:
             engine.dialect.do_ping(dbapi)  # the dialect's own ping, as pool_pre_ping's
-        except Exception as exc:
-            raise sa.exc.DisconnectionError(str(exc).splitlines()[0] if str(exc) else "") from exc
+        except Exception as exc:  # any failure: a new connection is the safe answer
+            why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise sa.exc.InvalidatePoolError(why) from exc
 
 
 class _BoundedConnection(psycopg.Connection[Any]):
     """A psycopg connection whose every wait for the server is bounded (ANSWER_TIMEOUT_S).
 
-    Every exchange on an open connection (execute, commit, rollback, the pre-ping) goes
+    Every exchange on an open connection (execute, commit, rollback, the idle ping) goes
     through ``wait``; psycopg's own wait takes a timeout and raises ``_WaitTimeout`` when
     it expires (psycopg is pinned: pyproject.toml). A wait psycopg bounds itself (LISTEN's
     ``notifies``, a cancellation) keeps its own timeout. On expiry the connection is in
     the middle of an exchange, so it is closed: SQLAlchemy then sees a disconnect
-    (``closed``), invalidates it and the pool's other connections, and the caller's
-    error becomes an outage (is_outage, 503 ``unavailable``)."""
+    (``closed``) and invalidates it (a statement of SQLAlchemy's own, the pool's other
+    connections too; the invoke's prepared statements, storage/prepared.py, that one), and
+    the caller's error becomes an outage (is_outage, 503 ``unavailable``)."""
 
     def wait(self, gen: Any, interval: float = 0.1, timeout: float | None = None) -> Any:
         if timeout is not None or _unbounded_now.get():
@@ -182,7 +188,7 @@ class Database:
         # pool cycling through its idle connections made each invoke's read fetch its pages
         # again (~20 pread calls a call, 3 with LIFO; docs/benchmarks.md, step 47). The same
         # order on PostgreSQL (not measured there; idle connections that time out are
-        # replaced by pre-ping).
+        # replaced when their ping fails: _ping_idle).
         kwargs: dict[str, Any] = {"pool_use_lifo": True}
         if self.is_sqlite:
             kwargs["connect_args"] = {"check_same_thread": False, "timeout": BUSY_TIMEOUT_S}
