@@ -266,3 +266,39 @@ def test_a_write_lock_held_past_the_busy_timeout_is_an_outage(
             assert tx.tools.status("any") is None
     finally:
         db.dispose()
+
+
+def test_a_one_statement_read_is_one_round_trip_on_postgresql(
+    runtime: Runtime, ws: str, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``one_statement=True``: PostgreSQL runs the read in autocommit, so no BEGIN goes
+    before it and no COMMIT after it (one round trip instead of three: the status re-read at
+    admission, docs/benchmarks.md step 54), and it sees what was committed; the connection
+    goes back to the pool as it came (the next unit is a transaction again). SQLite, with no
+    round trips to save, reads in a transaction as before."""
+    tool_id = _tool(runtime, ws)
+    db = runtime.database
+    with db.transaction() as tx:
+        tx.tools._c.execute(tools.update().where(tools.c.id == tool_id).values(status="disabled"))
+    with db.transaction(readonly=True, one_statement=True) as tx:
+        dbapi = tx.tools._c.connection.dbapi_connection
+        assert tx.tools.status(tool_id) == "disabled"  # the statement _active runs
+        if backend == "postgresql":
+            assert dbapi.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        else:
+            assert dbapi.in_transaction  # a plain read transaction
+    if backend == "postgresql":
+        assert dbapi.autocommit is False  # reset when it went back to the pool
+        with db.transaction(readonly=True) as tx:
+            assert tx.tools.status(tool_id) == "disabled"
+            again = tx.tools._c.connection.dbapi_connection
+            assert again.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+        # A connection pinged at its checkout (idle for PING_IDLE_S) reads so too.
+        monkeypatch.setattr(database, "PING_IDLE_S", 0.0)
+        with db.transaction(readonly=True, one_statement=True) as tx:
+            assert tx.tools.status(tool_id) == "disabled"
+            pinged = tx.tools._c.connection.dbapi_connection
+            assert pinged.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    with pytest.raises(ValueError, match="for a read"):
+        with db.transaction(one_statement=True):
+            pass

@@ -118,9 +118,12 @@ class UnitOfWork(Protocol):
 
 
 class UnitOfWorkFactory(Protocol):
-    """Opens a transaction; ``readonly=True`` lets the store skip write locks."""
+    """Opens a transaction; ``readonly=True`` lets the store skip write locks;
+    ``one_statement=True`` (a read of one statement) lets it skip BEGIN and COMMIT."""
 
-    def __call__(self, readonly: bool = False) -> AbstractContextManager[UnitOfWork]: ...
+    def __call__(
+        self, readonly: bool = False, *, one_statement: bool = False
+    ) -> AbstractContextManager[UnitOfWork]: ...
 
 
 class CodeRunner(Protocol):

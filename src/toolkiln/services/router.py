@@ -323,7 +323,7 @@ class Router:
         waited = self._unrecorded.wait(tool_id, deadline)
         if not waited and time.monotonic() - read_at <= ADMIT_FRESH_S:
             return True
-        with self._uow(readonly=True) as tx:
+        with self._uow(readonly=True, one_statement=True) as tx:
             return tx.tools.status(tool_id) == "active"
 
     def _compiled(self, tool: Tool) -> tuple[InputValidator, str]:

@@ -249,14 +249,27 @@ class Database:
             on_cursor(conn, "BEGIN" if readonly else "BEGIN IMMEDIATE")
 
     @contextmanager
-    def transaction(self, readonly: bool = False) -> Iterator[SqlUnitOfWork]:
+    def transaction(
+        self, readonly: bool = False, *, one_statement: bool = False
+    ) -> Iterator[SqlUnitOfWork]:
         """One unit of work. A unique-constraint race that slipped past the services'
         checks becomes a Conflict, never a 500; a database that cannot be reached becomes
-        ServiceUnavailable (503 ``unavailable``), for every transport alike."""
+        ServiceUnavailable (503 ``unavailable``), for every transport alike.
+
+        ``one_statement=True`` (with ``readonly``) is for a unit that runs a single read:
+        on PostgreSQL it runs in autocommit, one round trip instead of three (BEGIN, the
+        statement, COMMIT; docs/benchmarks.md, step 54), which for one statement reads the
+        same (PostgreSQL runs a lone statement as its own transaction). SQLite has no
+        round trips to save: a plain read transaction as before."""
+        if one_statement and not readonly:
+            raise ValueError("one_statement is for a read")
         try:
             with contextlib.nullcontext() if readonly else self._writer:
                 with self.engine.connect() as conn:
                     conn.info["toolkiln_readonly"] = readonly
+                    if one_statement and not self.is_sqlite:
+                        # psycopg's autocommit flag: set and reset at checkin locally
+                        conn.execution_options(isolation_level="AUTOCOMMIT")
                     with conn.begin():
                         yield SqlUnitOfWork(conn)
         except sa.exc.IntegrityError as exc:
