@@ -268,14 +268,15 @@ def test_a_write_lock_held_past_the_busy_timeout_is_an_outage(
         db.dispose()
 
 
-def test_a_one_statement_read_is_one_round_trip_on_postgresql(
+def test_a_one_statement_read_runs_without_a_transaction_on_postgresql(
     runtime: Runtime, ws: str, backend: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``one_statement=True``: PostgreSQL runs the read in autocommit, so no BEGIN goes
-    before it and no COMMIT after it (one round trip instead of three: the status re-read at
-    admission, docs/benchmarks.md step 54), and it sees what was committed; the connection
-    goes back to the pool as it came (the next unit is a transaction again). SQLite, with no
-    round trips to save, reads in a transaction as before."""
+    """``one_statement=True`` (the status re-read at admission, docs/benchmarks.md step 54):
+    PostgreSQL runs the read in autocommit, so no transaction is open while it runs (no
+    BEGIN before it, so no COMMIT after it: one round trip instead of three), and it sees
+    what was committed; the connection goes back to the pool transactional again, also when
+    the unit raised and when it was pinged at checkout. SQLite, with no round trips to save,
+    reads in a transaction as before."""
     tool_id = _tool(runtime, ws)
     db = runtime.database
     with db.transaction() as tx:
@@ -287,18 +288,57 @@ def test_a_one_statement_read_is_one_round_trip_on_postgresql(
             assert dbapi.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         else:
             assert dbapi.in_transaction  # a plain read transaction
-    if backend == "postgresql":
-        assert dbapi.autocommit is False  # reset when it went back to the pool
-        with db.transaction(readonly=True) as tx:
-            assert tx.tools.status(tool_id) == "disabled"
-            again = tx.tools._c.connection.dbapi_connection
-            assert again.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
-        # A connection pinged at its checkout (idle for PING_IDLE_S) reads so too.
-        monkeypatch.setattr(database, "PING_IDLE_S", 0.0)
+    if backend != "postgresql":
+        return
+    assert dbapi.autocommit is False  # reset when it went back to the pool
+    with pytest.raises(LookupError):
         with db.transaction(readonly=True, one_statement=True) as tx:
-            assert tx.tools.status(tool_id) == "disabled"
-            pinged = tx.tools._c.connection.dbapi_connection
-            assert pinged.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            dbapi = tx.tools._c.connection.dbapi_connection
+            assert dbapi.autocommit is True
+            raise LookupError("the caller's own error")
+    assert dbapi.autocommit is False  # reset on the way out of an error too
+    with db.transaction(readonly=True) as tx:
+        assert tx.tools.status(tool_id) == "disabled"
+        again = tx.tools._c.connection.dbapi_connection
+        assert again.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+    # A connection pinged at its checkout (idle for PING_IDLE_S) reads so too.
+    pings = 0
+    real_ping = db.engine.dialect.do_ping
+
+    def counted_ping(dbapi_conn: object) -> bool:
+        nonlocal pings
+        pings += 1
+        return bool(real_ping(dbapi_conn))
+
+    monkeypatch.setattr(db.engine.dialect, "do_ping", counted_ping)
+    monkeypatch.setattr(database, "PING_IDLE_S", 0.0)
+    with db.transaction(readonly=True, one_statement=True) as tx:
+        assert pings == 1
+        assert tx.tools.status(tool_id) == "disabled"
+        pinged = tx.tools._c.connection.dbapi_connection
+        assert pinged.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+def test_a_one_statement_unit_refuses_a_second_statement(runtime: Runtime, ws: str) -> None:
+    """A second statement in a one-statement unit raises, whichever way it is run (a
+    prepared statement, SQLAlchemy's execution): on PostgreSQL it would be committed apart
+    from the first. The next unit on that connection is not limited."""
+    tool_id = _tool(runtime, ws)
+    db = runtime.database
+    with pytest.raises(RuntimeError, match="second statement"):
+        with db.transaction(readonly=True, one_statement=True) as tx:
+            assert tx.tools.status(tool_id) == "active"
+            tx.tools.status(tool_id)
+    with pytest.raises(RuntimeError, match="second statement"):
+        with db.transaction(readonly=True, one_statement=True) as tx:
+            tx.tools._c.execute(sa.select(tools.c.name).where(tools.c.id == tool_id))
+            tx.tools.status(tool_id)
+    with pytest.raises(RuntimeError, match="second statement"):
+        with db.transaction(readonly=True, one_statement=True) as tx:
+            tx.tools.status(tool_id)
+            tx.tools._c.execute(sa.select(tools.c.name).where(tools.c.id == tool_id))
     with pytest.raises(ValueError, match="for a read"):
         with db.transaction(one_statement=True):
             pass
+    with db.transaction(readonly=True) as tx:  # any number of statements again
+        assert tx.tools.status(tool_id) == tx.tools.status(tool_id) == "active"

@@ -25,7 +25,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from toolkiln.domain.errors import Conflict, ServiceUnavailable
 from toolkiln.storage import tables
-from toolkiln.storage.prepared import on_cursor
+from toolkiln.storage.prepared import ONE_STATEMENT, count_statement, on_cursor
 from toolkiln.storage.repos import SqlUnitOfWork
 
 log = logging.getLogger("toolkiln.storage")
@@ -125,6 +125,10 @@ def _ping_idle(engine: sa.Engine) -> None:
             raise sa.exc.InvalidatePoolError(why) from exc
 
 
+def _count_statement(conn: sa.Connection, *_args: Any) -> None:
+    count_statement(conn)
+
+
 class _BoundedConnection(psycopg.Connection[Any]):
     """A psycopg connection whose every wait for the server is bounded (ANSWER_TIMEOUT_S).
 
@@ -218,6 +222,9 @@ class Database:
 
             _ping_idle(self.engine)
 
+        # The statements SQLAlchemy runs count too (the prepared ones count in on_cursor).
+        sa.event.listen(self.engine, "before_cursor_execute", _count_statement)
+
         # SQLite has one writer at a time; when threads of this process queue for it inside
         # SQLite, its busy handler sleeps with backoff (up to 100 ms a try). Queueing on a
         # lock of ours instead hands the write lock over at once. Other processes (the CLI,
@@ -246,7 +253,7 @@ class Database:
             # readers use a plain BEGIN and never wait for writers (WAL).
             # On the driver's cursor (storage/prepared.py): every transaction begins here.
             readonly = conn.info.get("toolkiln_readonly", False)
-            on_cursor(conn, "BEGIN" if readonly else "BEGIN IMMEDIATE")
+            on_cursor(conn, "BEGIN" if readonly else "BEGIN IMMEDIATE", counted=False)
 
     @contextmanager
     def transaction(
@@ -256,22 +263,33 @@ class Database:
         checks becomes a Conflict, never a 500; a database that cannot be reached becomes
         ServiceUnavailable (503 ``unavailable``), for every transport alike.
 
-        ``one_statement=True`` (with ``readonly``) is for a unit that runs a single read:
-        on PostgreSQL it runs in autocommit, one round trip instead of three (BEGIN, the
-        statement, COMMIT; docs/benchmarks.md, step 54), which for one statement reads the
-        same (PostgreSQL runs a lone statement as its own transaction). SQLite has no
-        round trips to save: a plain read transaction as before."""
+        ``one_statement=True`` (with ``readonly``) is for a unit that runs a single read
+        (the status re-read at a run's admission): on PostgreSQL it runs in autocommit, one
+        round trip instead of three (BEGIN, the statement, COMMIT; docs/benchmarks.md,
+        step 54), which for one statement reads the same (a lone statement is its own
+        transaction, with a snapshot taken when it starts). A second statement in such a
+        unit raises (it would be committed apart from the first). SQLite has no round
+        trips to save: a plain read transaction as before, with the same guard."""
         if one_statement and not readonly:
             raise ValueError("one_statement is for a read")
         try:
             with contextlib.nullcontext() if readonly else self._writer:
                 with self.engine.connect() as conn:
                     conn.info["toolkiln_readonly"] = readonly
-                    if one_statement and not self.is_sqlite:
-                        # psycopg's autocommit flag: set and reset at checkin locally
-                        conn.execution_options(isolation_level="AUTOCOMMIT")
-                    with conn.begin():
-                        yield SqlUnitOfWork(conn)
+                    if one_statement:
+                        conn.info[ONE_STATEMENT] = 1
+                        if not self.is_sqlite:
+                            # psycopg's autocommit flag, set locally (no round trip); the
+                            # pool resets it when the connection is returned (or replaces
+                            # the connection, if invalidated). The reset names the level
+                            # the server reported at the first connect, so later BEGINs
+                            # on that connection say READ COMMITTED (the default) outright.
+                            conn.execution_options(isolation_level="AUTOCOMMIT")
+                    try:
+                        with conn.begin():
+                            yield SqlUnitOfWork(conn)
+                    finally:
+                        conn.info.pop(ONE_STATEMENT, None)  # info outlives the checkout
         except sa.exc.IntegrityError as exc:
             raise Conflict("The change conflicts with existing data.", code="conflict") from exc
         except sa.exc.SQLAlchemyError as exc:

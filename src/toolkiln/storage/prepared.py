@@ -96,11 +96,36 @@ class Prepared:
         return on_cursor(conn, c.sql, args if many else args[0], many=many, fetch=bool(c.columns))
 
 
+# ``Connection.info`` key of a unit of work that may run one statement (``Database.
+# transaction(one_statement=True)``): on PostgreSQL it runs in autocommit, where a second
+# statement would be committed apart from the first.
+ONE_STATEMENT = "toolkiln_one_statement"
+
+
+def count_statement(conn: Connection) -> None:
+    """Refuse a second statement in a one-statement unit (a programming error, not data's)."""
+    left = conn.info.get(ONE_STATEMENT)
+    if left is None:
+        return
+    if left <= 0:
+        raise RuntimeError("a one-statement unit of work ran a second statement")
+    conn.info[ONE_STATEMENT] = left - 1
+
+
 def on_cursor(
-    conn: Connection, sql: str, args: Any = (), *, many: bool = False, fetch: bool = False
+    conn: Connection,
+    sql: str,
+    args: Any = (),
+    *,
+    many: bool = False,
+    fetch: bool = False,
+    counted: bool = True,
 ) -> Any:
     """``sql`` on the driver's cursor of ``conn``'s transaction; the first row if ``fetch``.
-    A driver error is raised as SQLAlchemy's (a lost connection invalidated first)."""
+    A driver error is raised as SQLAlchemy's (a lost connection invalidated first).
+    ``counted=False``: not a statement of the unit's own (SQLite's BEGIN)."""
+    if counted:
+        count_statement(conn)
     dbapi = conn.connection.dbapi_connection  # the pooled connection of this transaction
     assert dbapi is not None
     dialect = conn.dialect
