@@ -289,6 +289,33 @@ def test_asyncio_is_preloaded_without_ssl_and_a_tool_can_still_import_ssl(
 
 
 @pytest.mark.parametrize("says_async", [False, True], ids=["lean-template", "asyncio-template"])
+def test_the_runners_code_on_a_calls_path_is_quickened_before_the_call(
+    sandbox: PythonSandbox, says_async: bool
+) -> None:
+    """Each template rehearses a child's path before it forks (pyrunner.rehearse): CPython
+    quickens a code object after its 8th run, writing into it, and a child runs the runner's
+    code twice (its warm-up and the call), so without the rehearsal every child quickened
+    it again, a copy-on-write fault per page written (docs/benchmarks.md, step 55). A tool
+    finds the functions its call runs through already quickened (``RESUME_QUICK``), and
+    nothing of the rehearsal in its way: its own output, its own input, no sample names."""
+    code = (
+        "import dis, sys\n"
+        "def handle(i, c):\n"
+        "    print('mine')\n"
+        "    runner = sys.modules['pyrunner']\n"
+        "    names = ('_answer', '_execute', '_call')\n"
+        "    first = {n: next(dis.get_instructions(getattr(runner, n), adaptive=True)).opname\n"
+        "             for n in names}\n"
+        "    return {'first': first, 'input': i, 'main' : 'main' in globals()}\n"
+    ) + ("# async\n" if says_async else "")
+    out = sandbox.run(RunRequest("python", code, "handle", {"q": 1}, 5000), NoCtx())
+    assert out.kind == "return", (out.kind, out.message)
+    quick = {"_answer": "RESUME_QUICK", "_execute": "RESUME_QUICK", "_call": "RESUME_QUICK"}
+    assert out.value == {"first": quick, "input": {"q": 1}, "main": False}
+    assert out.stdout == "mine\n"
+
+
+@pytest.mark.parametrize("says_async", [False, True], ids=["lean-template", "asyncio-template"])
 def test_modules_outside_the_preload_are_not_in_a_child_and_still_import(
     sandbox: PythonSandbox, says_async: bool
 ) -> None:

@@ -401,20 +401,65 @@ def serve(sock: socket.socket, cfg: dict) -> None:
     if cfg.get("warm_up", True):
         _warm_up(link, finder)
         _prepare_loop()
+    sock.sendall(_answer(link, out, err, finder, cfg))
+    sock.shutdown(socket.SHUT_WR)
+    os._exit(0)
+
+
+def _answer(
+    link: _Link, out: CappedText, err: CappedText, finder: PackageFinder, cfg: dict
+) -> bytes:
+    """The request read from ``link``, run, and its result frame."""
     req = link.reader.recv(int(cfg["max_request_bytes"]))
     link.run = req.get("run")
     sys.stdout, sys.stderr = out, err
-    report = _compile_only(req) if req.get("compile_only") else _execute(req, link, finder)
-    sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+    try:
+        report = _compile_only(req) if req.get("compile_only") else _execute(req, link, finder)
+    finally:
+        sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
     report.update(
         op=protocol.RESULT,
         run=link.run,
         stdout=out.text(),
         stderr=err.text(),
     )
-    sock.sendall(result_frame(report, link.run, int(cfg["max_result_bytes"])))
-    sock.shutdown(socket.SHUT_WR)
-    os._exit(0)
+    return result_frame(report, link.run, int(cfg["max_result_bytes"]))
+
+
+# CPython 3.11 quickens a code object after its 8th run and then specialises its
+# instructions as they run: writes into the code object. Run fewer times than that in the
+# template, the runner's code was quickened in every child again, a copy-on-write fault on
+# each page it wrote (docs/benchmarks.md, step 55). 10, 30, 100 and 300 measured alike.
+REHEARSALS = 30
+
+
+def rehearse(cfg: dict, times: int = REHEARSALS) -> None:
+    """Run a child's whole path (the warm-up, a request read from a socket, the sample tool
+    run, its result frame) in the template, before it forks: the interpreter's first-run
+    work on the runner's code (quickening, specialising, the method cache) is then done
+    once, in pages every child shares, not in each child. Our own sample only: nothing of
+    any call is in the template, and each rehearsal's socket pair is closed."""
+    frame = protocol.encode(
+        {
+            "op": protocol.RUN,
+            "run": "rehearsal",
+            "code": _SAMPLE["code"],
+            "entry": _SAMPLE["entry"],
+            "input": {},
+            "timeout_ms": 1000,
+            "context": {},
+            "compiled": _SAMPLE_COMPILED["compiled"],
+        }
+    )
+    finder = PackageFinder(cfg.get("curated", {}))
+    for _ in range(times):
+        mine, host = socket.socketpair()
+        with mine, host:
+            host.sendall(frame)
+            link = _Link(mine, int(cfg["max_reply_bytes"]))
+            out, err = CappedText(int(cfg["max_log_bytes"])), CappedText(int(cfg["max_log_bytes"]))
+            _warm_up(link, finder)
+            _answer(link, out, err, finder, cfg)
 
 
 def result_frame(report: dict, run: object, max_bytes: int) -> bytes:

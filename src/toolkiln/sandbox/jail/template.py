@@ -410,6 +410,7 @@ def main() -> None:
         _start_v8()
     else:
         pyrunner.jail_paths(cfg)
+        pyrunner.rehearse(cfg)  # the runner's code quickened once, not in every child
     child.prepare()
     # Children are short-lived forks: keep the collector from walking (and so copying)
     # every inherited object page.
