@@ -295,23 +295,34 @@ def test_the_runners_code_on_a_calls_path_is_quickened_before_the_call(
     """Each template rehearses a child's path before it forks (pyrunner.rehearse): CPython
     quickens a code object after its 8th run, writing into it, and a child runs the runner's
     code twice (its warm-up and the call), so without the rehearsal every child quickened
-    it again, a copy-on-write fault per page written (docs/benchmarks.md, step 55). A tool
-    finds the functions its call runs through already quickened (``RESUME_QUICK``), and
-    nothing of the rehearsal in its way: its own output, its own input, no sample names."""
+    it again, a copy-on-write fault per page written (docs/benchmarks.md, step 55); the
+    asyncio template rehearses an ``async def`` sample too. A tool finds the functions its
+    call runs through already quickened (``RESUME_QUICK``), and nothing of the rehearsal in
+    its way: its own output, its own input, no sample names, no current event loop set (a
+    module's ``asyncio.get_event_loop()`` makes a loop of its own, as without it)."""
+    # The module's name is spelled in two parts: code that says "async" runs in the asyncio
+    # template (needs_asyncio is a text match), and the lean one is tested here too.
     code = (
         "import dis, sys\n"
+        "AIO = sys.modules.get('asyn' + 'cio')\n"
+        "POLICY = AIO and AIO.events._event_loop_policy\n"
+        "SET = bool(POLICY) and POLICY._local._set_called\n"
+        "def first(fn):\n"
+        "    return next(dis.get_instructions(fn, adaptive=True)).opname\n"
         "def handle(i, c):\n"
         "    print('mine')\n"
         "    runner = sys.modules['pyrunner']\n"
-        "    names = ('_answer', '_execute', '_call')\n"
-        "    first = {n: next(dis.get_instructions(getattr(runner, n), adaptive=True)).opname\n"
-        "             for n in names}\n"
-        "    return {'first': first, 'input': i, 'main' : 'main' in globals()}\n"
+        "    seen = {n: first(getattr(runner, n)) for n in ('_answer', '_execute', '_call')}\n"
+        "    if AIO is not None:\n"
+        "        seen['Runner.run'] = first(AIO.Runner.run)\n"
+        "    return {'first': seen, 'input': i, 'main': 'main' in globals(), 'set': SET}\n"
     ) + ("# async\n" if says_async else "")
     out = sandbox.run(RunRequest("python", code, "handle", {"q": 1}, 5000), NoCtx())
     assert out.kind == "return", (out.kind, out.message)
-    quick = {"_answer": "RESUME_QUICK", "_execute": "RESUME_QUICK", "_call": "RESUME_QUICK"}
-    assert out.value == {"first": quick, "input": {"q": 1}, "main": False}
+    quick = dict.fromkeys(("_answer", "_execute", "_call"), "RESUME_QUICK")
+    if says_async:  # the asyncio path of an async tool, rehearsed with an async sample
+        quick["Runner.run"] = "RESUME_QUICK"
+    assert out.value == {"first": quick, "input": {"q": 1}, "main": False, "set": False}
     assert out.stdout == "mine\n"
 
 

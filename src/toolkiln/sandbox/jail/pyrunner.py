@@ -437,29 +437,59 @@ def rehearse(cfg: dict, times: int = REHEARSALS) -> None:
     """Run a child's whole path (the warm-up, a request read from a socket, the sample tool
     run, its result frame) in the template, before it forks: the interpreter's first-run
     work on the runner's code (quickening, specialising, the method cache) is then done
-    once, in pages every child shares, not in each child. Our own sample only: nothing of
+    once, in pages every child shares, not in each child. Where asyncio is preloaded, an
+    `async def` sample too, on a loop made as a child makes it (``_prepare_loop``): its
+    loop is closed after each run, and asyncio's policy is dropped at the end, so a child
+    starts as it did without this (no current loop set: what a tool's module does to
+    ``asyncio.get_event_loop()`` makes a loop of its own). Our own samples only: nothing of
     any call is in the template, and each rehearsal's socket pair is closed."""
-    frame = protocol.encode(
-        {
-            "op": protocol.RUN,
-            "run": "rehearsal",
-            "code": _SAMPLE["code"],
-            "entry": _SAMPLE["entry"],
-            "input": {},
-            "timeout_ms": 1000,
-            "context": {},
-            "compiled": _SAMPLE_COMPILED["compiled"],
-        }
-    )
+    global _RUNNER
+    samples = [_SAMPLE_COMPILED]
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is not None:
+        samples.append({**_ASYNC_SAMPLE, "compiled": _compile_only(_ASYNC_SAMPLE)["value"]})
+    frames = [
+        (
+            protocol.encode(
+                {
+                    **sample,
+                    "op": protocol.RUN,
+                    "run": "rehearsal",
+                    "timeout_ms": 1000,
+                    "context": {},
+                }
+            ),
+            sample is not _SAMPLE_COMPILED,
+        )
+        for sample in samples
+    ]
     finder = PackageFinder(cfg.get("curated", {}))
-    for _ in range(times):
-        mine, host = socket.socketpair()
-        with mine, host:
-            host.sendall(frame)
-            link = _Link(mine, int(cfg["max_reply_bytes"]))
-            out, err = CappedText(int(cfg["max_log_bytes"])), CappedText(int(cfg["max_log_bytes"]))
-            _warm_up(link, finder)
-            _answer(link, out, err, finder, cfg)
+    try:
+        for _ in range(times):
+            for frame, says_async in frames:
+                mine, host = socket.socketpair()
+                with mine, host:
+                    host.sendall(frame)
+                    link = _Link(mine, int(cfg["max_reply_bytes"]))
+                    out = CappedText(int(cfg["max_log_bytes"]))
+                    err = CappedText(int(cfg["max_log_bytes"]))
+                    _warm_up(link, finder)
+                    if says_async:
+                        _prepare_loop()
+                    try:
+                        _answer(link, out, err, finder, cfg)
+                    finally:
+                        _RUNNER = None  # closed by the run; each child makes its own
+    finally:
+        if asyncio is not None:
+            asyncio.set_event_loop_policy(None)  # as before the first loop was set
+
+
+_ASYNC_SAMPLE = {
+    "code": "async def main(**p):\n    return {'message': str(p)}\n",
+    "entry": "main",
+    "input": {},
+}
 
 
 def result_frame(report: dict, run: object, max_bytes: int) -> bytes:
