@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -288,25 +289,34 @@ def test_asyncio_is_preloaded_without_ssl_and_a_tool_can_still_import_ssl(
     assert out.value == {"ssl": False, "asyncio": True, "ran": 7, "tls": "PROTOCOL_TLS_CLIENT"}
 
 
+@pytest.mark.skipif(
+    sys.version_info[:2] != (3, 11), reason="RESUME_QUICK is how CPython 3.11 shows quickening"
+)
 @pytest.mark.parametrize("says_async", [False, True], ids=["lean-template", "asyncio-template"])
 def test_the_runners_code_on_a_calls_path_is_quickened_before_the_call(
     sandbox: PythonSandbox, says_async: bool
 ) -> None:
     """Each template rehearses a child's path before it forks (pyrunner.rehearse): CPython
-    quickens a code object after its 8th run, writing into it, and a child runs the runner's
-    code twice (its warm-up and the call), so without the rehearsal every child quickened
-    it again, a copy-on-write fault per page written (docs/benchmarks.md, step 55); the
-    asyncio template rehearses an ``async def`` sample too. A tool finds the functions its
-    call runs through already quickened (``RESUME_QUICK``), and nothing of the rehearsal in
-    its way: its own output, its own input, no sample names, no current event loop set (a
-    module's ``asyncio.get_event_loop()`` makes a loop of its own, as without it)."""
+    3.11 quickens a code object once it has started 8 times, writing into it, and a child
+    runs the runner's functions once or twice (its warm-up and the call), so without the
+    rehearsal every child quickened them again, a copy-on-write fault per page written
+    (docs/benchmarks.md, step 55); the asyncio template rehearses an ``async def`` sample
+    too (``Runner.run``, which a child runs only for an async tool). A tool finds them
+    quickened (``RESUME_QUICK``), and at its import no event loop current or running, no
+    thread but its own, the loop made for it open (a module's
+    ``asyncio.get_event_loop()`` makes a loop of its own, as without the rehearsal)."""
     # The module's name is spelled in two parts: code that says "async" runs in the asyncio
     # template (needs_asyncio is a text match), and the lean one is tested here too.
     code = (
         "import dis, sys\n"
         "AIO = sys.modules.get('asyn' + 'cio')\n"
+        "import threading\n"
         "POLICY = AIO and AIO.events._event_loop_policy\n"
-        "SET = bool(POLICY) and POLICY._local._set_called\n"
+        "SET = bool(POLICY) and (POLICY._local._set_called or POLICY._local._loop is not None)\n"
+        "RUNNING = AIO is not None and AIO._get_running_loop() is not None\n"
+        "THREADS = threading.active_count()\n"
+        "MADE = sys.modules['pyrunner']._RUNNER\n"
+        "CLOSED = MADE is not None and MADE.get_loop().is_closed()\n"
         "def first(fn):\n"
         "    return next(dis.get_instructions(fn, adaptive=True)).opname\n"
         "def handle(i, c):\n"
@@ -315,14 +325,22 @@ def test_the_runners_code_on_a_calls_path_is_quickened_before_the_call(
         "    seen = {n: first(getattr(runner, n)) for n in ('_answer', '_execute', '_call')}\n"
         "    if AIO is not None:\n"
         "        seen['Runner.run'] = first(AIO.Runner.run)\n"
-        "    return {'first': seen, 'input': i, 'main': 'main' in globals(), 'set': SET}\n"
+        "    return {'first': seen, 'set': SET, 'running': RUNNING, 'threads': THREADS,\n"
+        "            'made': MADE is not None, 'closed': CLOSED}\n"
     ) + ("# async\n" if says_async else "")
     out = sandbox.run(RunRequest("python", code, "handle", {"q": 1}, 5000), NoCtx())
     assert out.kind == "return", (out.kind, out.message)
     quick = dict.fromkeys(("_answer", "_execute", "_call"), "RESUME_QUICK")
     if says_async:  # the asyncio path of an async tool, rehearsed with an async sample
         quick["Runner.run"] = "RESUME_QUICK"
-    assert out.value == {"first": quick, "input": {"q": 1}, "main": False, "set": False}
+    assert out.value == {
+        "first": quick,
+        "set": False,
+        "running": False,
+        "threads": 1,
+        "made": says_async,  # the asyncio template's child makes its loop while it waits
+        "closed": False,
+    }
     assert out.stdout == "mine\n"
 
 
@@ -722,3 +740,51 @@ def test_closing_while_children_are_made_puts_none_in_a_removed_cgroup(
         sb.close()
         assert roots and not any(r.exists() for r in roots)
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+REHEARSAL_PROBE = """
+import asyncio, json, os, sys
+import pyrunner
+cfg = {"max_reply_bytes": 1 << 20, "max_log_bytes": 65536, "max_request_bytes": 4 << 20,
+       "max_result_bytes": 1 << 20, "curated": {}}
+def state():
+    return {"fds": sorted(os.listdir("/proc/self/fd")), "stdout": sys.stdout is sys.__stdout__,
+            "meta_path": len(sys.meta_path), "policy": asyncio.events._event_loop_policy,
+            "runner": pyrunner._RUNNER, "running": asyncio._get_running_loop()}
+before = state()
+pyrunner.rehearse(cfg, times=12)
+after = state()
+pyrunner._ASYNC_SAMPLE = {**pyrunner._ASYNC_SAMPLE,
+                          "code": "async def main(**p):\\n    raise ValueError('no')\\n"}
+try:
+    pyrunner.rehearse(cfg, times=1)
+    failed = None
+except RuntimeError as exc:
+    failed = str(exc)
+print(json.dumps({"same": before == after, "failed": failed, "after_failure": state() == before,
+                  "before": repr(before)}))
+"""
+
+
+def test_the_rehearsal_leaves_the_template_as_it_was_and_a_failed_one_says_why(
+    tmp_path: Path,
+) -> None:
+    """``pyrunner.rehearse`` (run by each Python template before it forks, step 55) leaves
+    no descriptor, no redirected output, no finder, no event loop policy, runner or running
+    loop behind, also when a sample fails; a sample that does not return makes it raise,
+    naming the report (the template then starts without it, logging a note: template.py)."""
+    jail = Path(runner_module.__file__).parent / "jail"
+    env = {"PYTHONPATH": str(jail), "PATH": os.environ.get("PATH", "")}
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", REHEARSAL_PROBE],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.splitlines()[-1])
+    assert out["same"] is True, out["before"]
+    assert out["after_failure"] is True, out["before"]
+    assert out["failed"] is not None and "ValueError" in out["failed"], out["failed"]

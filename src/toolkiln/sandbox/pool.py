@@ -135,6 +135,8 @@ class _Generation:
         hello = json.loads(raw) if raw else {}
         self.layers: dict[str, Any] = hello.get("layers", {})
         self.problems = list(hello.get("problems", ["the template exited during set-up"]))
+        for note in hello.get("notes", [])[:8]:
+            log.warning("sandbox template (generation %d): %s", number, str(note)[:500])
 
     def request(self, n: int) -> None:
         with contextlib.suppress(OSError):

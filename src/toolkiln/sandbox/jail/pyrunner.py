@@ -426,11 +426,13 @@ def _answer(
     return result_frame(report, link.run, int(cfg["max_result_bytes"]))
 
 
-# CPython 3.11 quickens a code object after its 8th run and then specialises its
-# instructions as they run: writes into the code object. Run fewer times than that in the
-# template, the runner's code was quickened in every child again, a copy-on-write fault on
-# each page it wrote (docs/benchmarks.md, step 55). 10, 30, 100 and 300 measured alike.
+# CPython 3.11 quickens a code object once it has started (or jumped back in a loop) 8
+# times, then specialises its instructions as they run: both write into the code object.
+# Short of that in the template, every child did that work on the runner's code again, a
+# copy-on-write fault per page written (docs/benchmarks.md, step 55): 10, 30, 100 and 300
+# rehearsals measured alike, 1 like none.
 REHEARSALS = 30
+REHEARSAL_WAIT_S = 5.0  # a socket of the rehearsal's own: never a hang at start-up
 
 
 def rehearse(cfg: dict, times: int = REHEARSALS) -> None:
@@ -438,51 +440,47 @@ def rehearse(cfg: dict, times: int = REHEARSALS) -> None:
     run, its result frame) in the template, before it forks: the interpreter's first-run
     work on the runner's code (quickening, specialising, the method cache) is then done
     once, in pages every child shares, not in each child. Where asyncio is preloaded, an
-    `async def` sample too, on a loop made as a child makes it (``_prepare_loop``): its
-    loop is closed after each run, and asyncio's policy is dropped at the end, so a child
-    starts as it did without this (no current loop set: what a tool's module does to
-    ``asyncio.get_event_loop()`` makes a loop of its own). Our own samples only: nothing of
-    any call is in the template, and each rehearsal's socket pair is closed."""
+    ``async def`` sample too, on a loop made as a child makes it (``_prepare_loop``): its
+    loop is closed by the run, and asyncio's policy is put back as it was (none) at the
+    end, so a tool's module still finds no current loop and ``asyncio.get_event_loop()``
+    makes one of its own. Our own samples only: nothing of any call is in the template, and
+    each rehearsal's socket pair is closed. What a tool can tell: the same for every call
+    and carrying nothing of any (asyncio's task names count on from the rehearsal's, e.g.
+    a tool's first task is ``Task-91``, not ``Task-1``). Raises if a sample did not return
+    (the template then goes on without it: template.py)."""
     global _RUNNER
     samples = [_SAMPLE_COMPILED]
     asyncio = sys.modules.get("asyncio")
+    policy = asyncio.events._event_loop_policy if asyncio is not None else None
     if asyncio is not None:
         samples.append({**_ASYNC_SAMPLE, "compiled": _compile_only(_ASYNC_SAMPLE)["value"]})
-    frames = [
-        (
-            protocol.encode(
-                {
-                    **sample,
-                    "op": protocol.RUN,
-                    "run": "rehearsal",
-                    "timeout_ms": 1000,
-                    "context": {},
-                }
-            ),
-            sample is not _SAMPLE_COMPILED,
-        )
-        for sample in samples
-    ]
+    run = {"op": protocol.RUN, "run": "rehearsal", "timeout_ms": 1000, "context": {}}
+    frames = [protocol.encode({**sample, **run}) for sample in samples]
     finder = PackageFinder(cfg.get("curated", {}))
     try:
         for _ in range(times):
-            for frame, says_async in frames:
+            for frame in frames:
                 mine, host = socket.socketpair()
                 with mine, host:
+                    mine.settimeout(REHEARSAL_WAIT_S)
+                    host.settimeout(REHEARSAL_WAIT_S)
                     host.sendall(frame)
                     link = _Link(mine, int(cfg["max_reply_bytes"]))
                     out = CappedText(int(cfg["max_log_bytes"]))
                     err = CappedText(int(cfg["max_log_bytes"]))
                     _warm_up(link, finder)
-                    if says_async:
+                    if frame is not frames[0]:
                         _prepare_loop()
                     try:
-                        _answer(link, out, err, finder, cfg)
+                        mine.sendall(_answer(link, out, err, finder, cfg))
                     finally:
                         _RUNNER = None  # closed by the run; each child makes its own
+                    report = protocol.Reader(host).recv(int(cfg["max_result_bytes"]))
+                    if report.get("kind") != "return":
+                        raise RuntimeError(f"a rehearsal's sample did not return: {report}")
     finally:
         if asyncio is not None:
-            asyncio.set_event_loop_policy(None)  # as before the first loop was set
+            asyncio.set_event_loop_policy(policy)  # as before the first loop was set
 
 
 _ASYNC_SAMPLE = {

@@ -398,6 +398,7 @@ def main() -> None:
     python_preload = pyrunner.ASYNC_PRELOAD if cfg.get("asyncio") else pyrunner.PRELOAD
     pyrunner.preload(cfg.get("preload") or python_preload)
     heap = linux.anonymous_ranges()  # before the new root hides /proc
+    notes: list[str] = []  # for the host's log: what went wrong but is not a problem
     state = _setup(cfg, ctl)
     if cfg.get("runtime") == "javascript":
         # Imported from inside the new root (where the engine is bound at /engine), so the
@@ -410,7 +411,11 @@ def main() -> None:
         _start_v8()
     else:
         pyrunner.jail_paths(cfg)
-        pyrunner.rehearse(cfg)  # the runner's code quickened once, not in every child
+        if cfg.get("warm_up", True):
+            try:
+                pyrunner.rehearse(cfg)  # the runner's code quickened once, not in every child
+            except Exception as exc:  # a speed-up only: the children then do it themselves
+                notes.append(f"the rehearsal failed, children warm up alone: {exc!r}"[:500])
     child.prepare()
     # Children are short-lived forks: keep the collector from walking (and so copying)
     # every inherited object page.
@@ -430,6 +435,8 @@ def main() -> None:
             state["layers"]["seccomp"] = None
     ok = not state["problems"]
     hello = {"op": "hello", "layers": state["layers"], "problems": state["problems"]}
+    if notes:
+        hello["notes"] = notes
     ctl.send(json.dumps(hello).encode())
     if not ok and cfg.get("strict", True):
         sys.exit(3)
