@@ -244,6 +244,42 @@ def test_a_connection_dropped_while_idle_is_replaced_before_use(
         db.dispose()
 
 
+@pytest.mark.parametrize("one_statement", [False, True], ids=["transaction", "one-statement"])
+def test_a_unit_whose_connection_is_lost_answers_without_connecting_again(
+    one_statement: bool,
+) -> None:
+    """PostgreSQL ends a unit's connection while it runs: the unit is an outage (503) at
+    once, without a new connection made on the way out (cleaning up after the unit once
+    asked the lost connection for its ``info``, which connects anew: in a real outage a
+    connect attempt, up to CONNECT_TIMEOUT_S, before the 503)."""
+    url = PG_URL.replace("postgresql+psycopg://", "postgresql://")
+    db = Database(PG_URL, pool_size=1)
+    connects = 0
+
+    def counted(*_args: object) -> None:
+        nonlocal connects
+        connects += 1
+
+    sa.event.listen(db.engine, "connect", counted)
+    try:
+        with db.transaction(readonly=True) as tx:
+            tx.tools._c.exec_driver_sql("SELECT 1")
+        assert connects == 1
+        with pytest.raises(ServiceUnavailable):
+            with db.transaction(readonly=True, one_statement=one_statement) as tx:
+                conn = tx.tools._c
+                pid = int(conn.connection.dbapi_connection.info.backend_pid)
+                with psycopg.connect(url, autocommit=True) as other:
+                    other.execute("SELECT pg_terminate_backend(%s)", (pid,))
+                conn.exec_driver_sql("SELECT 1")
+        assert connects == 1  # none made on the way out
+        with db.transaction(readonly=True) as tx:  # the next unit connects anew
+            assert tx.tools._c.exec_driver_sql("SELECT 1").scalar() == 1
+        assert connects == 2
+    finally:
+        db.dispose()
+
+
 def test_a_write_lock_held_past_the_busy_timeout_is_an_outage(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -275,9 +275,12 @@ class Database:
         try:
             with contextlib.nullcontext() if readonly else self._writer:
                 with self.engine.connect() as conn:
-                    conn.info["toolkiln_readonly"] = readonly
+                    # The pooled connection's own dict, kept: ``conn.info`` on a connection
+                    # lost in the unit would connect anew (to clean up after an outage).
+                    info = conn.info
+                    info["toolkiln_readonly"] = readonly
                     if one_statement:
-                        conn.info[ONE_STATEMENT] = 1
+                        info[ONE_STATEMENT] = 1
                         if not self.is_sqlite:
                             # psycopg's autocommit flag, set locally (no round trip); the
                             # pool resets it when the connection is returned (or replaces
@@ -289,7 +292,7 @@ class Database:
                         with conn.begin():
                             yield SqlUnitOfWork(conn)
                     finally:
-                        conn.info.pop(ONE_STATEMENT, None)  # info outlives the checkout
+                        info.pop(ONE_STATEMENT, None)  # info outlives the checkout
         except sa.exc.IntegrityError as exc:
             raise Conflict("The change conflicts with existing data.", code="conflict") from exc
         except sa.exc.SQLAlchemyError as exc:
