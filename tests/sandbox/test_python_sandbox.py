@@ -20,9 +20,10 @@ import pytest
 from tests.sandbox.links import NoCtx
 from toolkiln.domain.execution import RunRequest
 from toolkiln.sandbox import runner as runner_module
+from toolkiln.sandbox.jail.protocol import Caps
 from toolkiln.sandbox.packages import PYTHON_PACKAGES, PackageStore
 from toolkiln.sandbox.pool import SandboxUnavailable
-from toolkiln.sandbox.runner import PythonSandbox
+from toolkiln.sandbox.runner import Limits, PythonSandbox
 from toolkiln.sandbox.uids import UidRange
 
 
@@ -788,3 +789,25 @@ def test_the_rehearsal_leaves_the_template_as_it_was_and_a_failed_one_says_why(
     assert out["same"] is True, out["before"]
     assert out["after_failure"] is True, out["before"]
     assert out["failed"] is not None and "ValueError" in out["failed"], out["failed"]
+
+
+def test_a_template_whose_rehearsal_fails_starts_without_it_and_says_why(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The rehearsal is a speed-up only (step 55): when it fails (here: results capped at
+    64 bytes, so the sample's own result is too large), the template starts anyway and the
+    host logs the template's note; calls run in both templates (and meet the same cap)."""
+    limits = Limits(caps=Caps(result_bytes=64))
+    with caplog.at_level(logging.WARNING, logger="toolkiln.sandbox"):
+        sb = PythonSandbox(PackageStore(tmp_path / "pkgs"), limits=limits, warm=1)
+    try:
+        notes = [r.getMessage() for r in caplog.records if "rehearsal failed" in r.getMessage()]
+        assert len(notes) == 2, caplog.text  # each of the two Python templates
+        for code in (
+            "def handle(i, c):\n    return 1\n",
+            "async def handle(i, c):\n    return 1\n",
+        ):
+            out = run(sb, code)  # a frame of ~90 bytes: over the cap, as the sample's was
+            assert out.kind == "too_large", (out.kind, out.message)
+    finally:
+        sb.close()
