@@ -125,10 +125,6 @@ def _ping_idle(engine: sa.Engine) -> None:
             raise sa.exc.InvalidatePoolError(why) from exc
 
 
-def _count_statement(conn: sa.Connection, *_args: Any) -> None:
-    count_statement(conn)
-
-
 class _BoundedConnection(psycopg.Connection[Any]):
     """A psycopg connection whose every wait for the server is bounded (ANSWER_TIMEOUT_S).
 
@@ -223,7 +219,7 @@ class Database:
             _ping_idle(self.engine)
 
         # The statements SQLAlchemy runs count too (the prepared ones count in on_cursor).
-        sa.event.listen(self.engine, "before_cursor_execute", _count_statement)
+        sa.event.listen(self.engine, "before_cursor_execute", count_statement)
 
         # SQLite has one writer at a time; when threads of this process queue for it inside
         # SQLite, its busy handler sleeps with backoff (up to 100 ms a try). Queueing on a

@@ -102,8 +102,9 @@ class Prepared:
 ONE_STATEMENT = "toolkiln_one_statement"
 
 
-def count_statement(conn: Connection) -> None:
-    """Refuse a second statement in a one-statement unit (a programming error, not data's)."""
+def count_statement(conn: Connection, *_event: object) -> None:
+    """Refuse a second statement in a one-statement unit (a programming error, not data's).
+    Also SQLAlchemy's ``before_cursor_execute`` listener (its other arguments unused)."""
     left = conn.info.get(ONE_STATEMENT)
     if left is None:
         return

@@ -430,7 +430,7 @@ def _answer(
 # times, then specialises its instructions as they run: both write into the code object.
 # Short of that in the template, every child did that work on the runner's code again, a
 # copy-on-write fault per page written (docs/benchmarks.md, step 55): 10, 30, 100 and 300
-# rehearsals measured alike, 1 like none.
+# rehearsals measured alike (a single one, tried in an earlier session, changed nothing).
 REHEARSALS = 30
 REHEARSAL_WAIT_S = 5.0  # a socket of the rehearsal's own: never a hang at start-up
 
