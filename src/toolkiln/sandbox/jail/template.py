@@ -424,7 +424,9 @@ def main() -> None:
     if cfg.get("runtime") != "javascript":
         # What every fork copies: the heap's page-table entries. Made of 2 MiB folios, they
         # are copied in batches (the template's own writes split the huge mappings at once,
-        # the folios stay): template tree CPU -0.1 to -0.2 ms per call (docs/benchmarks.md).
+        # the folios stay): template tree CPU -0.1 to -0.2 ms per call when it was larger
+        # (step 17). Its heap now holds a whole aligned 2 MiB stretch only when the address
+        # layout puts one there, and calls measure alike without it (docs/benchmarks.md).
         linux.collapse(heap)
     if state["own"] is not None:
         try:
