@@ -7,8 +7,11 @@ after the pool has handed several out."""
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.sandbox.test_shares import groups, pids_of
 from toolkiln.domain.execution import RunOutcome, RunRequest
@@ -87,5 +90,60 @@ def test_two_calls_running_together_never_share_a_cgroup_slot(tmp_path: Path) ->
                     tasks = (unified / "pids.max").read_text()
                 assert int(limit) == cg.memory_bytes
                 assert int(tasks) == cg.pids_max
+    finally:
+        sb.close()
+
+
+class _Where:
+    """Answers ``where`` with the cgroups of the asking process, read by the host."""
+
+    def admit(self) -> bool:
+        return True
+
+    def audit(self, event: str, data: object) -> None:
+        return None
+
+    def call(self, name: str, payload: Any) -> Any:
+        if name != "where":
+            return {"error": "unknown_tool"}
+        (pid,) = pids_of(payload["uid"], payload["uid"] + 1)
+        return groups(pid)
+
+
+def test_a_warm_child_waits_outside_the_cpu_slots_and_runs_in_its_own(tmp_path: Path) -> None:
+    """A Python child warms up outside its slot's CPU group (beside the service's threads,
+    at the warm nice value) and is moved into it when it is taken, before the request that
+    carries a call's code is sent: the call's code never runs outside its CPU cap."""
+    sb = PythonSandbox(PackageStore(tmp_path), warm=2, name="warm-cpu-test")
+    try:
+        cg = sb.cgroups
+        assert cg is not None
+        if cg.version != "v1" or not cg.cpu:
+            pytest.skip(
+                "the CPU group is apart from the memory and pids groups on cgroup v1 only (on "
+                "v2 one write moves a process into all of its slot's controllers)"
+            )
+        prefix = "/toolkiln-warm-cpu-test-u"
+        base, count = int(sb.config["uid_base"]), int(sb.config["uid_count"])
+        deadline = time.monotonic() + 20
+        warm: list[int] = []
+        while time.monotonic() < deadline:  # the warm children, all adopted by the pool
+            warm = pids_of(base, base + count)
+            if len(warm) >= 2 and all(groups(p)["memory"].startswith(prefix) for p in warm):
+                break
+            time.sleep(0.05)
+        assert len(warm) >= 2, warm
+        for pid in warm:
+            found = groups(pid)
+            assert found["memory"].startswith(prefix), found
+            assert found["pids"].startswith(prefix), found
+            assert not found["cpu"].startswith("/toolkiln-"), found  # in no slot's CPU group
+        for i in range(3):
+            req = RunRequest("python", WHERE, "handle", {}, 20000, workspace_id=f"ws-{i}")
+            out = sb.run(req, _Where())
+            assert out.kind == "return", out
+            assert out.value["cpu"].startswith(prefix), out.value
+            cpu = Path("/sys/fs/cgroup/cpu") / out.value["cpu"].lstrip("/")
+            assert int((cpu / "cpu.cfs_quota_us").read_text()) == cg.cpu_quota_us
     finally:
         sb.close()

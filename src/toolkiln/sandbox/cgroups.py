@@ -36,9 +36,12 @@ class Handle:
     dirs: list[Path]
     shared: list[Path]
     oom_file: str
+    cpu_dir: Path | None = None  # v1: the CPU controller's own slot directory
     oom_before: int = 0
     procs: tuple[int, ...] = field(init=False)  # descriptors of each dir's cgroup.procs
     shared_procs: tuple[int, ...] = field(init=False)
+    procs_but_cpu: tuple[int, ...] = field(init=False)
+    cpu_procs: int | None = field(init=False)
     oom: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -52,8 +55,10 @@ class Handle:
                 os.close(fd)
             raise
         self.procs = tuple(opened)
-        pairs = zip(self.dirs, opened, strict=True)
+        pairs = list(zip(self.dirs, opened, strict=True))
         self.shared_procs = tuple(fd for d, fd in pairs if d in self.shared)
+        self.procs_but_cpu = tuple(fd for d, fd in pairs if d != self.cpu_dir)
+        self.cpu_procs = next((fd for d, fd in pairs if d == self.cpu_dir), None)
 
     def close(self) -> None:
         for fd in (*self.procs, self.oom):
@@ -144,22 +149,34 @@ class Cgroups:
         if self.cpu:
             (dirs[2] / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
             (dirs[2] / "cpu.cfs_quota_us").write_text(str(self.cpu_quota_us))
-        return self._keep(Handle(dirs, [dirs[0], *dirs[2:]], str(dirs[0] / "memory.oom_control")))
+        oom_file = str(dirs[0] / "memory.oom_control")
+        return self._keep(
+            Handle(dirs, [dirs[0], *dirs[2:]], oom_file, dirs[2] if self.cpu else None)
+        )
 
     def _keep(self, handle: Handle) -> Handle:
         self._all.append(handle)
         return handle
 
-    def attach(self, pid: int) -> Handle | None:
-        """Put a process (and any thread it starts) in a free slot of its own."""
+    def attach(self, pid: int, cpu: bool = True) -> Handle | None:
+        """Put a process (and any thread it starts) in a free slot of its own. With
+        ``cpu=False`` it stays out of the slot's CPU group until ``enter_cpu`` (v1, where that
+        group is a hierarchy of its own; on v2 one write moves it into all)."""
         if self.version is None:
             return None
         with self._lock:
             handle = self._free.pop() if self._free else self._make()
         handle.oom_before = self.oom_count(handle)
-        for fd in handle.procs:
+        for fd in handle.procs if cpu else handle.procs_but_cpu:
             _put(fd, pid)
         return handle
+
+    @staticmethod
+    def enter_cpu(handle: Handle, pid: int) -> None:
+        """Into its slot's CPU group: a process attached with ``cpu=False``, before it runs
+        anything of a call's (docs/benchmarks.md, step 57)."""
+        if handle.cpu_procs is not None:
+            _put(handle.cpu_procs, pid)
 
     @staticmethod
     def join(pid: int, group: Handle) -> None:

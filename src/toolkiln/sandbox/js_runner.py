@@ -69,6 +69,7 @@ class JavaScriptSandbox(PythonSandbox):
         config["curated"] = {}
         config["warm_nice"] = 0  # a worker serves calls for its whole life
         config["replace_on_exit"] = False  # a retired worker's successor is asked for
+        config["cpu_when_taken"] = False  # a worker is in its slot for its whole life
 
     packages: JsPackageStore
 

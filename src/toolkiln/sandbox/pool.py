@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -310,7 +311,8 @@ class Template:
             child = WarmChild(int(msg["pid"]), global_pid, pidfd, sock, gen=gen.number, home=self)
             try:
                 if self.cgroups is not None:
-                    child.cgroup = self.cgroups.attach(global_pid)
+                    cpu = not self.config.get("cpu_when_taken")
+                    child.cgroup = self.cgroups.attach(global_pid, cpu=cpu)
             except OSError as exc:
                 log.error("could not put sandbox child in its cgroup: %s", exc)
                 if self.strict:
@@ -402,8 +404,48 @@ class Template:
         restart). A child found dead is discarded and replaced, never handed out. With
         ``rank``, the ready child ranked lowest is taken first. ``replenish`` asks for one
         more child at once; neither runtime does (a Python child is replaced when its end is
-        reported, a JavaScript worker when it retires), so it is off unless asked for."""
+        reported, a JavaScript worker when it retires), so it is off unless asked for.
+
+        With ``cpu_when_taken`` (Python), a child waits, and warms up, outside its slot's CPU
+        group, at the warm nice value beside the service's threads; it enters that group
+        here, before it is handed out, so no call's code runs outside it. In the slots'
+        group (weighted as many tasks as there are slots) the warm-ups of the next children
+        took the cores from the call in flight (docs/benchmarks.md, step 57)."""
         deadline = time.monotonic() + timeout
+        while True:
+            child = self._take_ready(deadline, replenish, rank)
+            if self._into_cpu_group(child):
+                return child
+
+    def _into_cpu_group(self, child: WarmChild) -> bool:
+        """False if the child ended while it waited (then closed; its end is reported and
+        replaced as any other's). Not under the pool's lock: a move between cgroups can wait
+        for the kernel (its threadgroup lock)."""
+        if not self.config.get("cpu_when_taken") or self.cgroups is None or child.cgroup is None:
+            return True
+        try:
+            self.cgroups.enter_cpu(child.cgroup, child.global_pid)
+            return True
+        except OSError as exc:
+            if exc.errno == errno.ESRCH:
+                child.close()
+                with self._cond:
+                    self._discarded += 1
+                return False
+            log.error("could not put a sandbox process in its CPU group: %s", exc)
+            if not self.strict:
+                return True
+            child.close()
+            raise SandboxUnavailable(
+                f"the sandbox's CPU limit could not be applied: {exc}"
+            ) from None
+
+    def _take_ready(
+        self,
+        deadline: float,
+        replenish: bool,
+        rank: Callable[[WarmChild], int] | None,
+    ) -> WarmChild:
         dead: list[WarmChild] = []
         try:
             with self._cond:

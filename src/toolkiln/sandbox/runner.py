@@ -133,6 +133,8 @@ class PythonSandbox:
             # A child serves one call: its replacement is asked for by the pool's reader
             # thread when its end is reported, not by the call's thread (pool.py).
             "replace_on_exit": True,
+            # It warms up outside its slot's CPU group and enters it when taken (pool.py).
+            "cpu_when_taken": True,
             "max_cpu_s": lim.max_cpu_s,
             "address_space_mb": lim.memory_mb + 512,
             "max_threads": lim.max_threads,
