@@ -81,3 +81,47 @@ def test_a_move_that_fails_otherwise_gives_no_process_in_strict_mode(
     finally:
         os.close(child.cgroup.cpu_procs)
         child.cgroup.cpu_procs = saved
+
+
+def test_a_child_that_ended_unreaped_is_not_handed_out(sandbox: PythonSandbox) -> None:
+    """The kernel moves a zombie into a cgroup without an error (ESRCH comes only once it
+    is reaped): the child's own end is checked after the move."""
+    pool = sandbox.template
+    child = _ready_child(pool)
+    with pool._cond:
+        pool._ready.remove(child)
+    stat = Path(f"/proc/{child.global_pid}/stat").read_text()
+    reaper = int(stat.rsplit(")", 1)[1].split()[1])  # the template that forked it
+    os.kill(reaper, signal.SIGSTOP)  # so that it does not reap the child yet
+    try:
+        signal.pidfd_send_signal(child.pidfd, signal.SIGKILL)
+        select.select([child.pidfd], [], [], 5)
+        assert Path(f"/proc/{child.global_pid}").exists()  # ended, not reaped
+        assert pool._into_cpu_group(child) is False
+        assert child.sock.fileno() == -1
+    finally:
+        os.kill(reaper, signal.SIGCONT)
+
+
+def test_take_hands_out_the_next_child_when_one_cannot_be_moved(
+    sandbox: PythonSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pool = sandbox.template
+    _ready_child(pool)
+    refused: list[WarmChild] = []
+    real = pool._into_cpu_group
+
+    def once(child: WarmChild) -> bool:
+        if not refused:
+            refused.append(child)
+            child.close()
+            return False
+        return real(child)
+
+    monkeypatch.setattr(pool, "_into_cpu_group", once)
+    taken = pool.take(timeout=10)
+    try:
+        assert refused and taken is not refused[0]
+        assert groups(taken.global_pid)["cpu"].startswith("/toolkiln-cpu-group-test-u")
+    finally:
+        taken.close()

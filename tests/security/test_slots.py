@@ -143,6 +143,8 @@ def test_a_warm_child_waits_outside_the_cpu_slots_and_runs_in_its_own(tmp_path: 
             out = sb.run(req, _Where())
             assert out.kind == "return", out
             assert out.value["cpu"].startswith(prefix), out.value
+            # the CPU group of the call's own slot, the one its memory and tasks are in
+            assert out.value["cpu"] == out.value["memory"] == out.value["pids"], out.value
             cpu = Path("/sys/fs/cgroup/cpu") / out.value["cpu"].lstrip("/")
             assert int((cpu / "cpu.cfs_quota_us").read_text()) == cg.cpu_quota_us
     finally:

@@ -425,20 +425,22 @@ class Template:
             return True
         try:
             self.cgroups.enter_cpu(child.cgroup, child.global_pid)
-            return True
-        except OSError as exc:
-            if exc.errno == errno.ESRCH:
-                child.close()
-                with self._cond:
-                    self._discarded += 1
-                return False
-            log.error("could not put a sandbox process in its CPU group: %s", exc)
-            if not self.strict:
+            if child.alive():
                 return True
-            child.close()
-            raise SandboxUnavailable(
-                f"the sandbox's CPU limit could not be applied: {exc}"
-            ) from None
+            # Ended, not yet reaped: the kernel moves a zombie without a word (ESRCH comes
+            # only once it is reaped). Handed out, its call would end as killed from outside.
+        except OSError as exc:
+            if exc.errno != errno.ESRCH:
+                log.error("could not put a sandbox process in its CPU group: %s", exc)
+                if not self.strict:
+                    return True
+                child.close()
+                why = f"the sandbox's CPU limit could not be applied: {exc}"
+                raise SandboxUnavailable(why) from None
+        child.close()
+        with self._cond:
+            self._discarded += 1
+        return False
 
     def _take_ready(
         self,
