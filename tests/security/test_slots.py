@@ -21,12 +21,8 @@ from toolkiln.sandbox.runner import PythonSandbox
 WHERE = "import os\ndef handle(i, ctx):\n    return ctx.tools.where({'uid': os.getuid()})\n"
 
 
-class _Meeting:
-    """Answers ``where`` (the cgroups of the asking process, read by the host) only once both
-    runs have asked: their two processes are alive at the same time."""
-
-    def __init__(self) -> None:
-        self.barrier = threading.Barrier(2, timeout=20)
+class _Where:
+    """Answers ``where`` with the cgroups of the asking process, read by the host."""
 
     def admit(self) -> bool:
         return True
@@ -38,8 +34,20 @@ class _Meeting:
         if name != "where":
             return {"error": "unknown_tool"}
         (pid,) = pids_of(payload["uid"], payload["uid"] + 1)
-        here = groups(pid)
-        self.barrier.wait()
+        return groups(pid)
+
+
+class _Meeting(_Where):
+    """Answers ``where`` only once both runs have asked: their two processes are alive at
+    the same time."""
+
+    def __init__(self) -> None:
+        self.barrier = threading.Barrier(2, timeout=20)
+
+    def call(self, name: str, payload: Any) -> Any:
+        here = super().call(name, payload)
+        if name == "where":
+            self.barrier.wait()
         return here
 
 
@@ -92,22 +100,6 @@ def test_two_calls_running_together_never_share_a_cgroup_slot(tmp_path: Path) ->
                 assert int(tasks) == cg.pids_max
     finally:
         sb.close()
-
-
-class _Where:
-    """Answers ``where`` with the cgroups of the asking process, read by the host."""
-
-    def admit(self) -> bool:
-        return True
-
-    def audit(self, event: str, data: object) -> None:
-        return None
-
-    def call(self, name: str, payload: Any) -> Any:
-        if name != "where":
-            return {"error": "unknown_tool"}
-        (pid,) = pids_of(payload["uid"], payload["uid"] + 1)
-        return groups(pid)
 
 
 def test_a_warm_child_waits_outside_the_cpu_slots_and_runs_in_its_own(tmp_path: Path) -> None:
