@@ -51,6 +51,7 @@ def test_a_child_that_ended_before_its_move_is_not_handed_out(sandbox: PythonSan
     deadline = time.monotonic() + 5
     while os.path.exists(f"/proc/{child.global_pid}") and time.monotonic() < deadline:
         time.sleep(0.01)  # and been reaped: its pid is gone
+    assert not os.path.exists(f"/proc/{child.global_pid}")  # the reaped case, not a zombie
     before = pool.health()["dead_children_discarded"]
     assert pool._into_cpu_group(child) is False
     assert pool.health()["dead_children_discarded"] == before + 1
