@@ -372,13 +372,23 @@ _SAMPLE = {"code": "def main(**p):\n    return {'message': str(p)}\n", "entry": 
 _SAMPLE_COMPILED = {**_SAMPLE, "compiled": _compile_only(_SAMPLE)["value"]}  # in the template
 
 
+# The warm-up's request as a frame's body, decoded as the host's would be.
+_WARM_UP = protocol.encode({**_SAMPLE_COMPILED, "op": protocol.RUN, "run": None, "context": {}})[
+    protocol.HEADER.size :
+]
+
+
 def _warm_up(link: _Link, finder: PackageFinder) -> None:
     """Run a trivial tool of our own before the request, so the page faults of a fresh fork
-    (copy-on-write of everything the interpreter touches) are paid while idle, not per call.
-    It takes the path of compiled code (compiled.py), the one most calls take: warming the
-    compiler as well cost every child ~0.1-0.4 ms of CPU (docs/benchmarks.md, step 36) and
-    helped only the first two calls of a code."""
-    protocol.encode(_execute(_SAMPLE_COMPILED, link, finder))
+    (copy-on-write of everything the interpreter touches) are paid while idle, not per call:
+    its request decoded, run and its result frame made as a call's are. It takes the path of
+    compiled code (compiled.py), the one most calls take: warming the compiler as well cost
+    every child ~0.1-0.4 ms of CPU (docs/benchmarks.md, step 36) and helped only the first
+    two calls of a code. Decoding and the frame too moved half of the faults a call still
+    took (~60) to here, with no more in all (step 58)."""
+    report = _execute(protocol.decode(_WARM_UP)[0], link, finder)
+    report.update(op=protocol.RESULT, run=None, stdout="", stderr="")
+    result_frame(report, None, sys.maxsize)
 
 
 def jail_paths(cfg: dict) -> None:
