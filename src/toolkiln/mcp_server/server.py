@@ -8,7 +8,7 @@ scopes, enablement and audit as the REST API.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +17,7 @@ import mcp.types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp_types import SubscriptionsListenRequestParams, SubscriptionsListenResult
 
 import toolkiln
 from toolkiln.domain.auth import Principal
@@ -46,26 +47,53 @@ MAX_SESSIONS = 1000
 
 
 class Listeners:
-    """Who to tell when tool lists change: 2026-07-28 clients listen on the bus; earlier
-    (handshake-era) clients get ``notifications/tools/list_changed`` on their session, for
-    which we remember each session that listed tools."""
+    """Who to tell when tool lists change, by the workspace of the agent each client is
+    connected to: 2026-07-28 clients listen on their workspace's bus; earlier (handshake-era)
+    clients get ``notifications/tools/list_changed`` on their session, for which we remember
+    each session that listed tools, with its workspace.
+
+    A change is told to its own workspace's clients alone (an agent offers only its
+    workspace's tools): telling every client, as until 2026-12-06, let one tenant watch
+    another's activity (when it edited tools, when a tool of its was disabled after three
+    failures; tests/security/test_mcp_scoping.py). Listen streams are capped per workspace,
+    so one tenant's streams cannot use up another's."""
 
     def __init__(self) -> None:
-        self.bus = InMemorySubscriptionBus()
+        self._listen: dict[str, tuple[InMemorySubscriptionBus, ListenHandler]] = {}
         # Strong references, newest last: the SDK hands out session objects we cannot weakly
         # reference for long. A closed one fails to send and is dropped; the cap bounds growth.
-        self.sessions: dict[int, Any] = {}
+        self.sessions: dict[int, tuple[Any, str]] = {}
 
-    def remember(self, session: Any) -> None:
+    def remember(self, session: Any, workspace_id: str) -> None:
         self.sessions.pop(id(session), None)
-        self.sessions[id(session)] = session
+        self.sessions[id(session)] = (session, workspace_id)
         while len(self.sessions) > MAX_SESSIONS:
             self.sessions.pop(next(iter(self.sessions)))
 
-    async def changed(self) -> None:
-        log.debug("tool lists changed: telling %d sessions and the listen bus", len(self.sessions))
-        await self.bus.publish(ToolsListChanged())
-        for key, session in list(self.sessions.items()):
+    def listen_handler(self, workspace_id: str) -> ListenHandler:
+        """The SDK's ``subscriptions/listen`` handler over this workspace's own bus."""
+        found = self._listen.get(workspace_id)
+        if found is None:
+            bus = InMemorySubscriptionBus()
+            found = self._listen[workspace_id] = (bus, ListenHandler(bus))
+        return found[1]
+
+    async def changed(self, workspaces: Collection[str] | None) -> None:
+        """Tell the clients of these workspaces (``None``: of every workspace)."""
+
+        def told(workspace_id: str) -> bool:
+            return workspaces is None or workspace_id in workspaces
+
+        log.debug(
+            "tool lists changed in %s",
+            "every workspace" if workspaces is None else f"{len(workspaces)} workspace(s)",
+        )
+        for workspace_id, (bus, _) in list(self._listen.items()):
+            if told(workspace_id):
+                await bus.publish(ToolsListChanged())
+        for key, (session, workspace_id) in list(self.sessions.items()):
+            if not told(workspace_id):
+                continue
             try:
                 await session.send_tool_list_changed()
             except Exception as exc:  # a closed session: forget it
@@ -74,14 +102,14 @@ class Listeners:
 
 
 def tool_list_watcher(services: Services, listeners: Listeners) -> Loop:
-    """A loop (for ``services.background``) that tells every listening client when some
-    agent's tools change.
+    """A loop (for ``services.background``) that tells the listening clients of a workspace
+    when some agent's tools there may have changed.
 
     The marker is read from the database, so changes made through another replica are seen
     too; ``services.changes`` wakes the loop (PostgreSQL NOTIFY, or a poll). Every listener
-    is told (not only the affected agent's); clients list again. The last marker seen
-    outlives a restart of the loop, so a change made while the database was away is told
-    once it is back.
+    of a workspace with a change is told (not only the affected agent's); clients list
+    again. The last marker seen outlives a restart of the loop, so a change made while the
+    database was away is told once it is back.
     """
     last: int | None = None
 
@@ -91,10 +119,10 @@ def tool_list_watcher(services: Services, listeners: Listeners) -> Loop:
         try:
             await feed.wait(0)  # listening before the first look
             while True:
-                marker = await anyio.to_thread.run_sync(services.agents.change_marker)
+                marker, where = await anyio.to_thread.run_sync(services.agents.list_changes, last)
                 healthy()
-                if last is not None and marker != last:
-                    await listeners.changed()
+                if where is None or where:
+                    await listeners.changed(where)
                 last = marker
                 await feed.wait(MAX_WAIT_S)
         finally:
@@ -122,12 +150,15 @@ def make_server(services: Services, resolve: Resolve, listeners: Listeners) -> S
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         at = await resolve(ctx)
-        entries = await anyio.to_thread.run_sync(
-            lambda: services.agents.tool_list(
+
+        def listed() -> tuple[list[dict[str, Any]], str]:
+            entries = services.agents.tool_list(
                 at.principal, at.agent_id, "mcp", mode=at.mode, language=at.language
             )
-        )
-        listeners.remember(ctx.session)
+            return entries, services.agents.get(at.principal, at.agent_id).workspace_id
+
+        entries, workspace_id = await anyio.to_thread.run_sync(listed)
+        listeners.remember(ctx.session, workspace_id)
         return types.ListToolsResult(
             tools=[
                 types.Tool(
@@ -168,11 +199,20 @@ def make_server(services: Services, resolve: Resolve, listeners: Listeners) -> S
             is_error=False,
         )
 
+    async def listen(
+        ctx: ServerRequestContext[Any, Any], params: SubscriptionsListenRequestParams
+    ) -> SubscriptionsListenResult:
+        at = await resolve(ctx)
+        agent = await anyio.to_thread.run_sync(
+            lambda: services.agents.get(at.principal, at.agent_id)
+        )
+        return await listeners.listen_handler(agent.workspace_id)(ctx, params)
+
     return _Server(
         "toolkiln",
         version=toolkiln.__version__,
         instructions="Custom and built-in tools of one Toolkiln agent.",
         on_list_tools=list_tools,
         on_call_tool=call_tool,
-        on_subscriptions_listen=ListenHandler(listeners.bus),
+        on_subscriptions_listen=listen,
     )

@@ -454,6 +454,16 @@ class SqlAudit:
         q = sa.select(sa.func.max(audit.c.id)).where(audit.c.event.in_(events))
         return int(self._c.execute(q).scalar() or 0)
 
+    def workspaces_between(self, events: list[str], after_id: int, upto_id: int) -> set[str]:
+        """The workspaces of these events' rows with ``after_id < id <= upto_id`` (the
+        (event, id) index, one range per event)."""
+        q = (
+            sa.select(audit.c.workspace_id)
+            .distinct()
+            .where(audit.c.event.in_(events), audit.c.id > after_id, audit.c.id <= upto_id)
+        )
+        return set(self._c.execute(q).scalars())
+
     def page(self, where: AuditFilter, after_id: int, limit: int) -> list[AuditRow]:
         q = audit.select().where(_after(audit.c.id, after_id)).order_by(audit.c.id).limit(limit)
         for name in ("workspace_id", "tool_id", "tool_call_id", "agent_id", "event"):
