@@ -46,18 +46,47 @@ PRELUDE = r"""
   Object.defineProperty(globalThis, '__tk_logs', { value: () => stringify(logs) });
   Object.defineProperty(globalThis, '__tk_parse', { value: (s) => parse(s) });
   const wf = (s) => String(s).toWellFormed();
-  Object.defineProperty(globalThis, '__tk_wellformed', { value: (e) => {
-    if (typeof e === 'string') return wf(e);
-    if (e === null || (typeof e !== 'object' && typeof e !== 'function')) return e;
+  const isError = Error.isError ?? ((e) => e instanceof Error);
+  // An Error of ours, with no place in the prelude named as the code's line.
+  const plain = (name, message) => {
+    const e = new Error(message);
+    e.name = name;
+    e.stack = `${name}: ${message}`;
+    return e;
+  };
+  // What the code threw, as text: its JSON if it has one, else String(e).
+  const described = (e) => {
     try {
-      const name = String(e.name), message = String(e.message), stack = String(e.stack);
-      if (name.isWellFormed() && message.isWellFormed() && stack.isWellFormed()) return e;
-      const copy = new Error(wf(message));
-      copy.name = wf(name);
-      copy.stack = wf(stack);
-      return copy;
+      const j = stringify(e);
+      if (typeof j === 'string') return wf(j.slice(0, 2000));
+    } catch (x) {}
+    return wf(String(e).slice(0, 2000));
+  };
+  // Only an Error leaves the isolate: any other value reached Python as mini-racer's own
+  // rendering of it (a wrapper object's Python repr with a heap address in it, "None",
+  // "JSUndefined"), and a BigInt made mini-racer's await never settle
+  // (tests/security/test_js_thrown_values.py). An Error whose text is not well-formed is
+  // copied with well-formed text (a lone surrogate would break the engine's conversion).
+  Object.defineProperty(globalThis, '__tk_wellformed', { value: (e) => {
+    try {
+      if (e !== null && (typeof e === 'object' || typeof e === 'function') && isError(e)) {
+        const name = String(e.name), message = String(e.message), stack = String(e.stack);
+        if (name.isWellFormed() && message.isWellFormed() && stack.isWellFormed()) return e;
+        const copy = new Error(wf(message));
+        copy.name = wf(name);
+        copy.stack = wf(stack);
+        return copy;
+      }
+      if (typeof e === 'bigint') return plain('Error', `${e}n`);
+      if (e === null || (typeof e !== 'object' && typeof e !== 'function')) {
+        return plain('Error', wf(String(e).slice(0, 2000)));
+      }
+      // An error-like object keeps its name and message; any other value is its text.
+      const own = typeof e !== 'function' && typeof e.message === 'string';
+      const name = own && typeof e.name === 'string' && e.name ? wf(e.name.slice(0, 100)) : 'Error';
+      return plain(name, own ? wf(e.message.slice(0, 2000)) : described(e));
     } catch (x) {
-      return new Error('the thrown value cannot be read');
+      return plain('Error', 'the thrown value cannot be read');
     }
   } });
   // A value JSON cannot spell (a BigInt, a cycle, a throwing toJSON) is the code's result
