@@ -31,13 +31,19 @@ class Handle:
     slot was handed out. The files every child's attach, join and OOM check use are opened
     once, when the slot is made, and written and read in place: an open, a write and a close
     of each for every child cost the pool's reader thread ~25 us of CPU per call more
-    (docs/benchmarks.md, step 43)."""
+    (docs/benchmarks.md, step 43).
+
+    ``guests`` counts the nested runs' processes joined to the slot and not gone back;
+    ``vacated``: its own process was reaped while some were still in it, so the slot goes
+    back to the free list only when the last of them leaves (``Cgroups.left``)."""
 
     dirs: list[Path]
     shared: list[Path]
     oom_file: str
     cpu_dir: Path | None = None  # v1: the CPU controller's own slot directory
     oom_before: int = 0
+    guests: int = 0
+    vacated: bool = False
     procs: tuple[int, ...] = field(init=False)  # descriptors of each dir's cgroup.procs
     shared_procs: tuple[int, ...] = field(init=False)
     procs_but_cpu: tuple[int, ...] = field(init=False)
@@ -178,12 +184,23 @@ class Cgroups:
         if handle.cpu_procs is not None:
             _put(handle.cpu_procs, pid)
 
-    @staticmethod
-    def join(pid: int, group: Handle) -> None:
+    def join(self, pid: int, group: Handle) -> None:
         """Charge a process to another slot's memory and CPU (a nested run joins its root
-        call's slot) until ``leave``; its task count stays its own slot's."""
+        call's slot) until ``leave``; its task count stays its own slot's. The slot counts
+        it as a guest until ``left``, also if a write fails (the caller moves it back)."""
+        with self._lock:
+            group.guests += 1
         for fd in group.shared_procs:
             _put(fd, pid)
+
+    def left(self, group: Handle) -> None:
+        """A guest of the slot has gone back to its own (or is gone): the slot is free once
+        its own process is reaped and no guest is left in it."""
+        with self._lock:
+            group.guests -= 1
+            if group.guests <= 0 and group.vacated:
+                group.guests, group.vacated = 0, False
+                self._free.append(group)
 
     @staticmethod
     def leave(pid: int, own: Handle) -> None:
@@ -205,10 +222,18 @@ class Cgroups:
         return handle is not None and self.oom_count(handle) > handle.oom_before
 
     def release(self, handle: Handle | None) -> None:
-        """The slot's process has been reaped: the slot is free for the next one."""
+        """The slot's process has been reaped: the slot is free for the next one, unless a
+        nested run of its call is still in it. Its own process can die while a nested run
+        charged to the slot goes on (the root exits, or the slot's OOM killer picks it);
+        handed to a fresh child then, the slot put the next caller, of any workspace, under
+        the same memory cap and CPU quota as that nested run (until 2026-12-06;
+        tests/security/test_slot_guests.py)."""
         if handle is not None:
             with self._lock:
-                self._free.append(handle)
+                if handle.guests > 0:
+                    handle.vacated = True
+                else:
+                    self._free.append(handle)
 
     def close(self) -> None:
         """Remove the slots and the roots. A slot whose last process has only just been

@@ -42,6 +42,7 @@ class Membership:
     root: bool
     oom_before: int = 0
     cgroups: Cgroups | None = None
+    joined: Handle | None = None  # the call's slot this nested run's process joined
 
     def shared_oom(self) -> bool:
         """A nested run's process was the one the call's memory cap killed."""
@@ -55,6 +56,9 @@ class Membership:
         elif self.child.cgroup is not None:
             with contextlib.suppress(OSError):  # gone already: nothing to move back
                 Cgroups.leave(self.child.global_pid, self.child.cgroup)
+            if self.joined is not None and self.cgroups is not None:
+                self.cgroups.left(self.joined)
+                self.joined = None
 
 
 def enter(req: RunRequest, child: WarmChild, cgroups: Cgroups | None) -> Membership:
@@ -71,10 +75,12 @@ def enter(req: RunRequest, child: WarmChild, cgroups: Cgroups | None) -> Members
         return Membership(group, child, True)
     if group.slot is None or child.cgroup is None or cgroups is None:
         return Membership(group, child, False)  # no cgroups here (insecure mode): caps off
-    member = Membership(group, child, False, cgroups.oom_count(group.slot), cgroups)
+    slot = group.slot
+    member = Membership(group, child, False, cgroups.oom_count(slot), cgroups, slot)
     try:
-        Cgroups.join(child.global_pid, group.slot)
+        cgroups.join(child.global_pid, slot)
     except OSError as exc:
         log.error("could not charge a nested run to its call's cgroup: %s", exc)
+        member.exit()  # back to its own slot, as far as it got; the slot counts it out
         raise JoinFailed(str(exc)) from None
     return member
