@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import select
 import socket
 import threading
 import time
@@ -21,6 +20,7 @@ import py_mini_racer
 from toolkiln.domain.code_check import js_requires, strip_exports
 from toolkiln.domain.execution import RunLink, RunOutcome, RunRequest
 from toolkiln.sandbox.fair import FairShare
+from toolkiln.sandbox.jail import protocol
 from toolkiln.sandbox.packages import JS_PACKAGES, JsPackageStore
 from toolkiln.sandbox.pool import SandboxUnavailable, WarmChild
 from toolkiln.sandbox.runner import PythonSandbox
@@ -40,8 +40,7 @@ CLEAN = {"return", "exception", "not_admitted"}
 def _quiet(child: WarmChild) -> bool:
     """The worker's control socket has nothing to say: it never writes there, so any byte
     (or its close) means it is not a worker to hand another call."""
-    ready, _, _ = select.select([child.sock], [], [], 0)
-    return not ready
+    return not protocol.readable(child.sock, 0)
 
 
 class JavaScriptSandbox(PythonSandbox):

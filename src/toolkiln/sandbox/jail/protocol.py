@@ -115,6 +115,17 @@ def encode(obj: Any, *, repair: bool = False) -> bytes:
     return HEADER.pack(len(body)) + body
 
 
+def readable(sock: socket.socket, timeout: float) -> bool:
+    """Whether ``sock`` has something to read (or its close) within ``timeout`` seconds.
+    ``poll``, not ``select``: ``select`` takes no descriptor of 1024 or more, and the
+    service's channels get such numbers once it holds that many descriptors (idle client
+    connections are enough); every call handed such a child ended as ``infra_error``
+    (until 2026-12-06; tests/security/test_high_descriptors.py)."""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(max(0, int(timeout * 1000 + 0.999))))  # ms, rounded up
+
+
 def send(sock: socket.socket, obj: Any, *, repair: bool = False) -> None:
     sock.sendall(encode(obj, repair=repair))
 
@@ -198,8 +209,7 @@ class Reader:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise FrameError("timeout", "deadline passed")
-                ready, _, _ = select.select([self.sock], [], [], left)
-                if not ready:
+                if not readable(self.sock, left):
                     raise FrameError("timeout", "deadline passed")
             chunk = self.sock.recv(max(65536, min(need - len(self.buf), 1 << 20)))
             if not chunk:
