@@ -427,7 +427,7 @@ class PythonSandbox:
             while outcome is None:
                 raw = reader.recv(self.limits.caps.frame_bytes, deadline)
                 msg = protocol.parse(raw, run, self.limits.caps, reader.repaired, reader.size)
-                outcome = session.handle(msg, chan)
+                outcome = session.handle(msg, chan, reader.size)
             if session.ended and reader.pending():
                 # More after the result: the channel is out of step, whatever the report says.
                 outcome = RunOutcome("garbled", message="frames after the result")

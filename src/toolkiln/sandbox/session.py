@@ -42,19 +42,36 @@ class Session:
         self.audit = audit if audit is not None else AuditQuota()
         self.calls = 0
         self.frames = 0
+        self.ctx_bytes = 0  # of the call and audit frames read
         self.ended = False  # a result frame was read: the run ended by its own report
 
-    def handle(self, msg: protocol.Call | protocol.Audit | protocol.Report, chan: socket.socket):
-        """The outcome once the run is over, else None (the frame was answered or kept)."""
+    def handle(
+        self,
+        msg: protocol.Call | protocol.Audit | protocol.Report,
+        chan: socket.socket,
+        size: int = 0,
+    ):
+        """The outcome once the run is over, else None (the frame was answered or kept).
+        ``size``: the frame's body in bytes, counted against the run's ctx bytes."""
         if isinstance(msg, protocol.Report):
             self.ended = True
             return self._outcome(msg)
         self.frames += 1
+        self.ctx_bytes += size
         if self.frames > self.caps.ctx_frames:
             return RunOutcome(
                 "exception",
                 error_type="CtxLimitError",
                 message=f"the tool sent more than {self.caps.ctx_frames} ctx frames in one call",
+            )
+        if self.ctx_bytes > self.caps.ctx_bytes:
+            return RunOutcome(
+                "exception",
+                error_type="CtxLimitError",
+                message=(
+                    f"the tool sent more than {self.caps.ctx_bytes} bytes of ctx frames "
+                    "(ctx.tools calls and ctx.audit rows) in one call"
+                ),
             )
         if isinstance(msg, protocol.Call):
             self.calls += 1
