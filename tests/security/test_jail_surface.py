@@ -4,11 +4,14 @@ these classes are Python's; the JavaScript jail is the same template (checked at
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+from pathlib import Path
 
 import pytest
 
+import toolkiln
 from tests.security.conftest import Target
 
 # --- a tool cannot fake a death "from outside" (which would not count against it)
@@ -319,3 +322,37 @@ def test_healthz_reports_the_kernel_next_to_the_layers(target: Target) -> None:
         isolation = body["runtimes"][language]["isolation"]
         assert isolation["kernel"] == os.uname().release
         assert isolation["seccomp"] == "allowlist" and isolation["readonly_root"] is True
+
+
+def test_the_templates_command_line_is_not_shown(target: Target) -> None:
+    """The template was started with host paths (the repository, the venv, the data
+    directory) and its whole configuration on its command line: every child showed them as
+    sys.argv, sys.orig_argv and sys.executable (until 2026-12-06)."""
+    code = (
+        "import sys\n"
+        "def handle(i, c):\n"
+        "    return [sys.argv, sys.orig_argv, sys.executable, sys._base_executable]"
+    )
+    res = target.run(code)
+    assert res["status"] == "ok", res
+    shown = json.dumps(res["raw_data"])
+    repository = str(Path(toolkiln.__file__).resolve().parents[2])
+    for host in (repository, sys.prefix, str(target.data_dir), "uid_base", "template.py"):
+        assert host not in shown, (host, shown)
+
+
+def test_a_run_that_closes_its_channel_at_its_deadline_ends_as_a_timeout(target: Target) -> None:
+    """Its exit is waited for no later than its deadline: a tool that closed its end of the
+    channel just before it and went on held its place 2 s past it and ended as a crash whose
+    exit status was unknown (until 2026-12-06)."""
+    code = (
+        "import socket, time\n"
+        "def main(*, ctx, **p):\n"
+        "    time.sleep(0.9)\n"
+        "    ctx._link.sock.shutdown(socket.SHUT_WR)\n"
+        "    time.sleep(5)\n"
+        "    return {'message': 'never'}\n"
+    )
+    res = target.run(code, timeout_ms=1000)
+    assert res["error"] is not None and res["error"]["code"] == "timeout", res["error"]
+    target.assert_contained()

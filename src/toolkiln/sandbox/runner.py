@@ -30,6 +30,10 @@ log = logging.getLogger("toolkiln.sandbox")
 # priority when it is taken for a call: making the next children must not take the core
 # from the call in flight (docs/benchmarks.md).
 WARM_NICE = 10
+# How long a run whose channel closed waits for its process's exit status (never past its
+# deadline but for the grace, for an exit reported just after it).
+EXIT_WAIT_S = 2.0
+EXIT_GRACE_S = 0.05
 COMPILE_TIMEOUT_MS = 10_000  # a compile child's run (the source's size is capped on save)
 # Of a sandbox's uid slot (256), the uids of its template for code that says `async`: 32
 # calls at once, at most ASYNC_WARM_MAX warm children and the ends still being reaped.
@@ -484,8 +488,15 @@ class PythonSandbox:
             return RunOutcome("too_large", details={"max_bytes": self.limits.caps.result_bytes})
         if exc.kind == "garbage":
             return RunOutcome("garbled", message=str(exc))
-        info = _pool_of(child).wait_exit(child, timeout=2.0)
+        # Its exit is waited for no later than the run's deadline (and a moment's grace, for
+        # an exit reported just after it): a tool that closed its end of the channel just
+        # before its deadline and went on held its place 2 s past it and ended as a crash
+        # (until 2026-12-06; tests/security/test_jail_surface.py).
+        left = deadline - time.monotonic()
+        info = _pool_of(child).wait_exit(child, timeout=min(EXIT_WAIT_S, max(left, EXIT_GRACE_S)))
         if info is None:
+            if time.monotonic() >= deadline:
+                return RunOutcome("timeout")
             return RunOutcome("crash", message="its exit status is unknown.")
         if info.oom or (info.signal == signal.SIGKILL and member.shared_oom()):
             # A nested run's process killed by its call's shared cap: its own slot saw no OOM.

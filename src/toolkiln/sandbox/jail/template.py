@@ -389,6 +389,12 @@ def main() -> None:
     global _mini_racer, jsrunner
     cfg = json.loads(sys.argv[1])
     ctl = socket.socket(fileno=int(sys.argv[2]))
+    # What the template was started with names host paths (the repository, the venv, the
+    # data directory) and holds its whole configuration; every child would show it to the
+    # tool as sys.argv, sys.orig_argv and sys.executable (until 2026-12-06;
+    # tests/security/test_jail_surface.py).
+    sys.argv, sys.orig_argv = [""], []
+    sys.executable = sys._base_executable = ""  # type: ignore[attr-defined]
     if cfg.get("runtime") == "javascript":
         with pyrunner.without_ssl():  # jsrunner imports asyncio
             import jsrunner as js
