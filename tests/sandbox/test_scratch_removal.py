@@ -113,8 +113,8 @@ def test_a_uid_root_whose_tmpfs_could_not_be_mounted_again_is_kept(
     removed /tmp/<uid> itself (no longer a mount point), and every later try failed, so
     the uid stayed out of use for good (found by review). The root is made again."""
     uid = 1_980_000_000 + os.getpid() % 1_000_000
-    root = Path(f"/tmp/{uid}")
-    root.mkdir(mode=0o711)
+    root = Path(template.scratch_root(uid))
+    root.mkdir(mode=0o711, parents=True)
     (root / "left").write_text("x")
     failures = [OSError(errno.ENOMEM, "no memory for a tmpfs")]
 
@@ -131,4 +131,4 @@ def test_a_uid_root_whose_tmpfs_could_not_be_mounted_again_is_kept(
         assert root.is_dir() and not list(root.iterdir())
         assert tpl._empty(uid, str(root / "8")) is False  # and the next try mounts again
     finally:
-        subprocess.run(["rm", "-rf", str(root)], check=False)
+        subprocess.run(["rm", "-rf", str(root.parent)], check=False)

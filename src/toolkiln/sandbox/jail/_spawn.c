@@ -64,7 +64,7 @@ typedef struct {
     int uid_base;
     int uid_count;
     int javascript; /* fork with CPython's own work around it (a V8 worker starts threads) */
-    int own_tmp;    /* a tmpfs per uid in the jail's own /tmp: /tmp/<uid>/<n> per child */
+    int own_tmp;    /* a tmpfs per uid in the jail's own /tmp: /tmp/<uid>/s/<n> per child */
     int warm_nice;
     int drop;       /* to the child's uid: the template runs as root */
     char spawn_prefix[MAX_REQUEST]; /* the host's requests: protocol.SPAWN, protocol.STOP */
@@ -109,7 +109,7 @@ static PyObject *os_error(const char *what) {
 
 static void path_of(int uid, unsigned long n, char *out, size_t size) {
     if (S.own_tmp) {
-        snprintf(out, size, "/tmp/%d/%lu", uid, n);
+        snprintf(out, size, "/tmp/%d/s/%lu", uid, n); /* template.py: scratch_root */
     } else {
         snprintf(out, size, "/tmp/%d", uid);
     }

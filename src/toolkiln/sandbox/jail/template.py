@@ -49,6 +49,12 @@ NEW_ROOT = "/tmp/toolkiln-root"
 SCRATCH_FLAGS = linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC
 
 
+def scratch_root(uid: int) -> str:
+    """Where a uid's scratch tmpfs is mounted in the jail (``_spawn.c``'s ``path_of``: a
+    child's scratch is a new directory in it)."""
+    return f"/tmp/{uid}/s"
+
+
 def scratch_options(cfg: dict) -> str:
     """A uid's scratch tmpfs: root's directory (0711) with its caps in bytes and files."""
     return f"size={int(cfg['scratch_mb'])}m,nr_inodes={int(cfg['scratch_files'])},mode=0711"
@@ -106,10 +112,17 @@ def _build_root(cfg: dict, layers: dict) -> None:
     # Only mount points: each uid's scratch is a tmpfs of its own (caps per call, as one uid
     # serves one call at a time), made once here; a call's directory inside it is new (spawn).
     linux.mount("tmpfs", r + "/tmp", "tmpfs", SCRATCH_FLAGS, "size=64k,mode=0711")
+    # The tmpfs sits one level down, in /tmp/<uid> (root's, 0710, the uid's group): only
+    # that uid can reach it. Mounted at /tmp/<uid> itself, any child could statvfs and stat
+    # another uid's scratch, and so watch another workspace's running call: bytes and files
+    # written, when last (until 2026-12-06; tests/security/test_scratch_privacy.py).
     base = int(cfg["uid_base"])
     for uid in range(base, base + int(cfg["uid_count"])):
-        os.mkdir(f"{r}/tmp/{uid}", 0o711)
-        linux.mount("tmpfs", f"{r}/tmp/{uid}", "tmpfs", SCRATCH_FLAGS, scratch_options(cfg))
+        os.mkdir(f"{r}/tmp/{uid}")
+        os.chown(f"{r}/tmp/{uid}", 0, uid)
+        os.chmod(f"{r}/tmp/{uid}", 0o710)  # noqa: S103 (the uid's group may only pass)
+        os.mkdir(r + scratch_root(uid), 0o711)
+        linux.mount("tmpfs", r + scratch_root(uid), "tmpfs", SCRATCH_FLAGS, scratch_options(cfg))
     os.makedirs(r + "/etc")
     os.makedirs(r + "/.old")
     os.chdir(r)
@@ -249,7 +262,7 @@ class Template:
         reaches. Only if that fails, a walk that cannot raise or recurse empties it. Returns
         whether anything stays (the uid then serves no call; _spawn.c calls this again for
         it once a second until nothing does)."""
-        root = f"/tmp/{uid}"
+        root = scratch_root(uid)
         with contextlib.suppress(OSError):  # not mounted: an earlier mount here failed
             linux.umount2(root, linux.MNT_DETACH)
         try:
