@@ -46,6 +46,65 @@ THROWN: list[tuple[str, str, str, str]] = [
 ]
 
 
+# (name, statements run before the throw, the expression thrown, type, text): an Error
+# whose stack is not a string, and the globals the prelude's helpers once looked up when
+# they ran (found by review: each of these still leaked a repr or hung).
+AFTER_CHANGES: list[tuple[str, str, str, str, str]] = [
+    ("error-without-stack", "const e = new Error('x'); delete e.stack;", "e", "Error", "x"),
+    ("error-object-stack", "const e = new Error('x'); e.stack = { a: 1 };", "e", "Error", "x"),
+    ("error-bigint-stack", "const e = new Error('x'); e.stack = 5n;", "e", "Error", "x"),
+    (
+        "error-stack-getter",
+        "let n = 0; const e = new Error('x');"
+        " Object.defineProperty(e, 'stack', { get() { return n++ ? Symbol('s') : 'Error: x' } });",
+        "e",
+        "Error",
+        "x",
+    ),
+    (
+        "error-replaced",
+        "globalThis.Error = function () { return Object.freeze({ stack: 5n }) };",
+        "1",
+        "Error",
+        "1",
+    ),
+    (
+        "string-replaced",
+        "String.prototype.toWellFormed = () => 5n; String.prototype.slice = () => ({});"
+        " globalThis.String = () => Symbol('s');",
+        "'text'",
+        "Error",
+        "text",
+    ),
+    ("promise-replaced", "globalThis.Promise = { reject: () => 5n };", "'text'", "Error", "text"),
+    (
+        "then-replaced",
+        "Promise.prototype.then = function (a, b) { b(Symbol('s')) };",
+        "'text'",
+        "Error",
+        "a value that is not an Error",
+    ),
+]
+
+
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize(
+    "name,setup,thrown,kind,text", AFTER_CHANGES, ids=[t[0] for t in AFTER_CHANGES]
+)
+def test_a_thrown_value_is_reported_as_text_whatever_the_code_changed(
+    target: Target, name: str, setup: str, thrown: str, kind: str, text: str, is_async: bool
+) -> None:
+    head = "async function" if is_async else "function"
+    code = f"{head} main(p) {{ if (p.never) return {{ message: 'x' }}; {setup} throw {thrown}; }}"
+    res = target.run(code, timeout_ms=5000, language="javascript")
+    err = res["error"]
+    assert err is not None and err["code"] == "runtime_error", (name, err)
+    said = f"{err['message']} {err['details']['type']} {err['details']['message']}"
+    assert not ADDRESS.search(said), (name, said)
+    assert text in err["details"]["message"] and err["details"]["type"] == kind, (name, err)
+    target.assert_contained()
+
+
 @pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
 @pytest.mark.parametrize("name,thrown,kind,text", THROWN, ids=[t[0] for t in THROWN])
 def test_a_thrown_value_is_reported_as_text(

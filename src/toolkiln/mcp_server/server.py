@@ -17,7 +17,8 @@ import mcp.types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
-from mcp_types import SubscriptionsListenRequestParams, SubscriptionsListenResult
+from mcp.shared.exceptions import MCPError
+from mcp_types import INTERNAL_ERROR, SubscriptionsListenRequestParams, SubscriptionsListenResult
 
 import toolkiln
 from toolkiln.domain.auth import Principal
@@ -43,7 +44,14 @@ Resolve = Callable[[ServerRequestContext[Any, Any]], Awaitable[Endpoint]]
 log = logging.getLogger("toolkiln.mcp")
 # The feed wakes the watcher sooner (a NOTIFY, or a poll every second on SQLite).
 MAX_WAIT_S = 30.0
+# How far below the newest audit id a list-changing row may still appear (committed late):
+# ids are shared with every call's rows, so this is seconds to minutes of a busy service.
+WINDOW_IDS = 10_000
 MAX_SESSIONS = 1000
+# Open subscriptions/listen streams: at most this many in all, and a quarter of them for
+# one workspace's agents, so one tenant's streams cannot use up another's.
+MAX_LISTEN_STREAMS = 1024
+MAX_LISTEN_PER_WORKSPACE = 256
 
 
 class Listeners:
@@ -60,6 +68,7 @@ class Listeners:
 
     def __init__(self) -> None:
         self._listen: dict[str, tuple[InMemorySubscriptionBus, ListenHandler]] = {}
+        self.streams = 0  # listen streams open, every workspace's
         # Strong references, newest last: the SDK hands out session objects we cannot weakly
         # reference for long. A closed one fails to send and is dropped; the cap bounds growth.
         self.sessions: dict[int, tuple[Any, str]] = {}
@@ -75,7 +84,8 @@ class Listeners:
         found = self._listen.get(workspace_id)
         if found is None:
             bus = InMemorySubscriptionBus()
-            found = self._listen[workspace_id] = (bus, ListenHandler(bus))
+            handler = ListenHandler(bus, max_subscriptions=MAX_LISTEN_PER_WORKSPACE)
+            found = self._listen[workspace_id] = (bus, handler)
         return found[1]
 
     async def changed(self, workspaces: Collection[str] | None) -> None:
@@ -105,25 +115,36 @@ def tool_list_watcher(services: Services, listeners: Listeners) -> Loop:
     """A loop (for ``services.background``) that tells the listening clients of a workspace
     when some agent's tools there may have changed.
 
-    The marker is read from the database, so changes made through another replica are seen
+    The rows are read from the database, so changes made through another replica are seen
     too; ``services.changes`` wakes the loop (PostgreSQL NOTIFY, or a poll). Every listener
     of a workspace with a change is told (not only the affected agent's); clients list
-    again. The last marker seen outlives a restart of the loop, so a change made while the
+    again. Each look reads the list-changing rows among the last ``WINDOW_IDS`` audit ids
+    and tells the workspaces of those not told before: on PostgreSQL ids are taken at
+    insert and rows become visible at commit, so a row can appear below the newest id
+    seen (a look that only read ids over the last newest one missed it for good, found by
+    review). What was told outlives a restart of the loop, so a change made while the
     database was away is told once it is back.
     """
-    last: int | None = None
+    told: set[int] | None = None  # the rows in the window at the last look
+    newest = 0
 
     async def watch(healthy: Callable[[], None]) -> None:
-        nonlocal last
+        nonlocal told, newest
         feed = services.changes()
         try:
             await feed.wait(0)  # listening before the first look
             while True:
-                marker, where = await anyio.to_thread.run_sync(services.agents.list_changes, last)
+                marker, rows = await anyio.to_thread.run_sync(
+                    services.agents.list_changes, WINDOW_IDS
+                )
                 healthy()
-                if where is None or where:
-                    await listeners.changed(where)
-                last = marker
+                if told is not None and marker < newest:  # the database went back
+                    await listeners.changed(None)
+                elif told is not None:
+                    fresh = {workspace for i, workspace in rows if i not in told}
+                    if fresh:
+                        await listeners.changed(fresh)
+                told, newest = {i for i, _ in rows}, marker
                 await feed.wait(MAX_WAIT_S)
         finally:
             with anyio.CancelScope(shield=True):
@@ -206,7 +227,13 @@ def make_server(services: Services, resolve: Resolve, listeners: Listeners) -> S
         agent = await anyio.to_thread.run_sync(
             lambda: services.agents.get(at.principal, at.agent_id)
         )
-        return await listeners.listen_handler(agent.workspace_id)(ctx, params)
+        if listeners.streams >= MAX_LISTEN_STREAMS:
+            raise MCPError(INTERNAL_ERROR, "Subscription limit reached")
+        listeners.streams += 1
+        try:
+            return await listeners.listen_handler(agent.workspace_id)(ctx, params)
+        finally:
+            listeners.streams -= 1
 
     return _Server(
         "toolkiln",

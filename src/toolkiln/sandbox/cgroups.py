@@ -33,16 +33,17 @@ class Handle:
     of each for every child cost the pool's reader thread ~25 us of CPU per call more
     (docs/benchmarks.md, step 43).
 
-    ``guests`` counts the nested runs' processes joined to the slot and not gone back;
-    ``vacated``: its own process was reaped while some were still in it, so the slot goes
-    back to the free list only when the last of them leaves (``Cgroups.left``)."""
+    ``holds`` counts the runs of the call this slot is charged for that have not ended:
+    its own process's run and the nested runs whose processes joined it; ``vacated``: its
+    own process was reaped while some still held it, so the slot goes back to the free
+    list only when the last of them lets go (``Cgroups.let_go``)."""
 
     dirs: list[Path]
     shared: list[Path]
     oom_file: str
     cpu_dir: Path | None = None  # v1: the CPU controller's own slot directory
     oom_before: int = 0
-    guests: int = 0
+    holds: int = 0
     vacated: bool = False
     procs: tuple[int, ...] = field(init=False)  # descriptors of each dir's cgroup.procs
     shared_procs: tuple[int, ...] = field(init=False)
@@ -184,23 +185,28 @@ class Cgroups:
         if handle.cpu_procs is not None:
             _put(handle.cpu_procs, pid)
 
+    def hold(self, handle: Handle) -> None:
+        """A run of the slot's call holds it until ``let_go``: the root run (from before
+        its request is sent), each nested run joined to it."""
+        with self._lock:
+            handle.holds += 1
+
     def join(self, pid: int, group: Handle) -> None:
         """Charge a process to another slot's memory and CPU (a nested run joins its root
-        call's slot) until ``leave``; its task count stays its own slot's. The slot counts
-        it as a guest until ``left``, also if a write fails (the caller moves it back)."""
-        with self._lock:
-            group.guests += 1
+        call's slot) until ``leave``; its task count stays its own slot's. The nested run
+        holds the slot until ``let_go``, also if a write fails (the caller moves it back)."""
+        self.hold(group)
         for fd in group.shared_procs:
             _put(fd, pid)
 
-    def left(self, group: Handle) -> None:
-        """A guest of the slot has gone back to its own (or is gone): the slot is free once
-        its own process is reaped and no guest is left in it."""
+    def let_go(self, handle: Handle) -> None:
+        """A run of the slot's call has ended (a nested one moved back to its own slot or
+        gone): the slot is free once its own process is reaped and no run holds it."""
         with self._lock:
-            group.guests -= 1
-            if group.guests <= 0 and group.vacated:
-                group.guests, group.vacated = 0, False
-                self._free.append(group)
+            handle.holds -= 1
+            if handle.holds <= 0 and handle.vacated:
+                handle.holds, handle.vacated = 0, False
+                self._free.append(handle)
 
     @staticmethod
     def leave(pid: int, own: Handle) -> None:
@@ -223,14 +229,14 @@ class Cgroups:
 
     def release(self, handle: Handle | None) -> None:
         """The slot's process has been reaped: the slot is free for the next one, unless a
-        nested run of its call is still in it. Its own process can die while a nested run
-        charged to the slot goes on (the root exits, or the slot's OOM killer picks it);
-        handed to a fresh child then, the slot put the next caller, of any workspace, under
-        the same memory cap and CPU quota as that nested run (until 2026-12-06;
-        tests/security/test_slot_guests.py)."""
+        run of its call still holds it. Its own process can die while its call goes on: a
+        nested run charged to the slot, or about to join it (the root exits, or the slot's
+        OOM killer picks it). Handed to a fresh child then, the slot put the next caller,
+        of any workspace, under the same memory cap and CPU quota as that nested run
+        (until 2026-12-06; tests/security/test_slot_guests.py)."""
         if handle is not None:
             with self._lock:
-                if handle.guests > 0:
+                if handle.holds > 0:
                     handle.vacated = True
                 else:
                     self._free.append(handle)

@@ -33,7 +33,7 @@ WARM_NICE = 10
 # How long a run whose channel closed waits for its process's exit status (never past its
 # deadline but for the grace, for an exit reported just after it).
 EXIT_WAIT_S = 2.0
-EXIT_GRACE_S = 0.05
+EXIT_GRACE_S = 0.2
 COMPILE_TIMEOUT_MS = 10_000  # a compile child's run (the source's size is capped on save)
 # Of a sandbox's uid slot (256), the uids of its template for code that says `async`: 32
 # calls at once, at most ASYNC_WARM_MAX warm children and the ends still being reaped.

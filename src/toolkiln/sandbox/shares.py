@@ -42,7 +42,7 @@ class Membership:
     root: bool
     oom_before: int = 0
     cgroups: Cgroups | None = None
-    joined: Handle | None = None  # the call's slot this nested run's process joined
+    held: Handle | None = None  # the call's slot this run holds (Cgroups.hold, join)
 
     def shared_oom(self) -> bool:
         """A nested run's process was the one the call's memory cap killed."""
@@ -56,9 +56,9 @@ class Membership:
         elif self.child.cgroup is not None:
             with contextlib.suppress(OSError):  # gone already: nothing to move back
                 Cgroups.leave(self.child.global_pid, self.child.cgroup)
-            if self.joined is not None and self.cgroups is not None:
-                self.cgroups.left(self.joined)
-                self.joined = None
+        if self.held is not None and self.cgroups is not None:
+            self.cgroups.let_go(self.held)
+            self.held = None
 
 
 def enter(req: RunRequest, child: WarmChild, cgroups: Cgroups | None) -> Membership:
@@ -72,7 +72,12 @@ def enter(req: RunRequest, child: WarmChild, cgroups: Cgroups | None) -> Members
             share.group = group
     if not group.running:
         group.running, group.slot = True, child.cgroup
-        return Membership(group, child, True)
+        if child.cgroup is None or cgroups is None:
+            return Membership(group, child, True)
+        # Held until the root run ends, not only while its process lives: a nested run may
+        # join the slot after the root's process has gone (it made a ctx call and exited).
+        cgroups.hold(child.cgroup)
+        return Membership(group, child, True, cgroups=cgroups, held=child.cgroup)
     if group.slot is None or child.cgroup is None or cgroups is None:
         return Membership(group, child, False)  # no cgroups here (insecure mode): caps off
     slot = group.slot

@@ -196,21 +196,14 @@ class AgentService:
             return render([program_def(defs, language)], fmt, strict)
         return render(defs, fmt, strict)
 
-    def list_changes(self, after: int | None) -> tuple[int, frozenset[str] | None]:
+    def list_changes(self, window: int) -> tuple[int, list[tuple[int, str]]]:
         """A marker that grows whenever some agent's tool list may have changed (on any
-        replica), and the workspaces whose agents' lists may have changed since the marker
-        ``after`` (empty when it did not move; ``None``, every workspace, when it went back,
-        as after the database was restored). An agent offers only its own workspace's tools
-        and policy, so a change is told to that workspace's clients alone."""
+        replica), and the (id, workspace) of the rows that say so among the last
+        ``window`` audit ids. An agent offers only its own workspace's tools and policy, so
+        a change is told to that workspace's clients alone (mcp_server/server.py)."""
         with self._uow(readonly=True) as tx:
             marker = tx.audit.last_id(LIST_CHANGING_EVENTS)
-            if after is None or marker == after:
-                return marker, frozenset()
-            if marker < after:
-                return marker, None
-            return marker, frozenset(
-                tx.audit.workspaces_between(LIST_CHANGING_EVENTS, after, marker)
-            )
+            return marker, tx.audit.changes_after(LIST_CHANGING_EVENTS, marker - window)
 
     def status_line(self, principal: Principal, agent_id: str, name: str) -> str | None:
         """The execution_message_description of a tool this agent is offered, for progress

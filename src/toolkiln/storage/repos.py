@@ -454,15 +454,13 @@ class SqlAudit:
         q = sa.select(sa.func.max(audit.c.id)).where(audit.c.event.in_(events))
         return int(self._c.execute(q).scalar() or 0)
 
-    def workspaces_between(self, events: list[str], after_id: int, upto_id: int) -> set[str]:
-        """The workspaces of these events' rows with ``after_id < id <= upto_id`` (the
-        (event, id) index, one range per event)."""
-        q = (
-            sa.select(audit.c.workspace_id)
-            .distinct()
-            .where(audit.c.event.in_(events), audit.c.id > after_id, audit.c.id <= upto_id)
+    def changes_after(self, events: list[str], after_id: int) -> list[tuple[int, str]]:
+        """(id, workspace) of these events' rows with an id over ``after_id`` (the (event,
+        id) index, one range per event)."""
+        q = sa.select(audit.c.id, audit.c.workspace_id).where(
+            audit.c.event.in_(events), audit.c.id > after_id
         )
-        return set(self._c.execute(q).scalars())
+        return [(int(i), str(w)) for i, w in self._c.execute(q)]
 
     def page(self, where: AuditFilter, after_id: int, limit: int) -> list[AuditRow]:
         q = audit.select().where(_after(audit.c.id, after_id)).order_by(audit.c.id).limit(limit)

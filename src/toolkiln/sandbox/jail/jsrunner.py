@@ -45,50 +45,54 @@ PRELUDE = r"""
   const stringify = JSON.stringify, parse = JSON.parse;  // captured before any tool code
   Object.defineProperty(globalThis, '__tk_logs', { value: () => stringify(logs) });
   Object.defineProperty(globalThis, '__tk_parse', { value: (s) => parse(s) });
-  const wf = (s) => String(s).toWellFormed();
-  const isError = Error.isError ?? ((e) => e instanceof Error);
-  // An Error of ours, with no place in the prelude named as the code's line.
-  const plain = (name, message) => {
-    const e = new Error(message);
-    e.name = name;
-    e.stack = `${name}: ${message}`;
+  // Captured before any tool code: the helpers below run in the call's isolate, after
+  // the code may have replaced any global (Error, String, Promise, their prototypes).
+  const NativeError = Error, NativeString = String, NativePromise = Promise;
+  const apply = Reflect.apply, defineOwn = Object.defineProperty;
+  const promiseReject = Promise.reject, toWellFormed = String.prototype.toWellFormed;
+  const sliceString = String.prototype.slice;
+  const clip = (s, n) => apply(toWellFormed, apply(sliceString, s, [0, n]), []);
+  // An Error made here, whose name, message and stack are plain strings of its own: the
+  // stack is what mini-racer reads (and, without one, the value's Python repr).
+  const made = (name, message, stack) => {
+    const e = new NativeError(message);
+    defineOwn(e, 'name', { value: name, writable: true, configurable: true });
+    defineOwn(e, 'stack', { value: stack ?? `${name}: ${message}`, writable: true,
+                            configurable: true });
     return e;
   };
   // What the code threw, as text: its JSON if it has one, else String(e).
   const described = (e) => {
     try {
       const j = stringify(e);
-      if (typeof j === 'string') return wf(j.slice(0, 2000));
+      if (typeof j === 'string') return clip(j, 2000);
     } catch (x) {}
-    return wf(String(e).slice(0, 2000));
+    return clip(NativeString(e), 2000);
   };
-  // Only an Error leaves the isolate: any other value reached Python as mini-racer's own
-  // rendering of it (a wrapper object's Python repr with a heap address in it, "None",
-  // "JSUndefined"), and a BigInt made mini-racer's await never settle
-  // (tests/security/test_js_thrown_values.py). An Error whose text is not well-formed is
-  // copied with well-formed text (a lone surrogate would break the engine's conversion).
-  Object.defineProperty(globalThis, '__tk_wellformed', { value: (e) => {
+  // Whatever the code throws leaves the isolate as an Error made here, never the value
+  // itself: a value that is not an Error, or an Error whose stack is not a string, reached
+  // Python as mini-racer's rendering of it (a wrapper's Python repr with a heap address in
+  // it, "None", "JSUndefined"), and a BigInt there left mini-racer's await unsettled
+  // (tests/security/test_js_thrown_values.py). Each property is read once (a getter answers
+  // once), and text is made well-formed (a lone surrogate breaks the engine's conversion).
+  defineOwn(globalThis, '__tk_wellformed', { value: (e) => {
     try {
-      if (e !== null && (typeof e === 'object' || typeof e === 'function') && isError(e)) {
-        const name = String(e.name), message = String(e.message), stack = String(e.stack);
-        if (name.isWellFormed() && message.isWellFormed() && stack.isWellFormed()) return e;
-        const copy = new Error(wf(message));
-        copy.name = wf(name);
-        copy.stack = wf(stack);
-        return copy;
-      }
-      if (typeof e === 'bigint') return plain('Error', `${e}n`);
+      if (typeof e === 'bigint') return made('Error', `${e}n`);
       if (e === null || (typeof e !== 'object' && typeof e !== 'function')) {
-        return plain('Error', wf(String(e).slice(0, 2000)));
+        return made('Error', clip(NativeString(e), 2000));
       }
-      // An error-like object keeps its name and message; any other value is its text.
-      const own = typeof e !== 'function' && typeof e.message === 'string';
-      const name = own && typeof e.name === 'string' && e.name ? wf(e.name.slice(0, 100)) : 'Error';
-      return plain(name, own ? wf(e.message.slice(0, 2000)) : described(e));
+      const message = e.message, name = e.name, stack = e.stack;
+      if (typeof message !== 'string') return made('Error', described(e));
+      return made(typeof name === 'string' && name ? clip(name, 100) : 'Error',
+                  clip(message, 2000), typeof stack === 'string' ? clip(stack, 16384) : undefined);
     } catch (x) {
-      return plain('Error', 'the thrown value cannot be read');
+      return made('Error', 'the thrown value cannot be read');
     }
   } });
+  // A rejected promise of the engine's own, whatever the code did to Promise.
+  defineOwn(globalThis, '__tk_reject', {
+    value: (e) => apply(promiseReject, NativePromise, [__tk_wellformed(e)]),
+  });
   // A value JSON cannot spell (a BigInt, a cycle, a throwing toJSON) is the code's result
   // error, not a runtime error: it is reported with a prefix no JSON text starts with.
   Object.defineProperty(globalThis, '__tk_finish', { value: (v) => {
@@ -217,7 +221,7 @@ ENTRY = """(begin, settle) => (input, info) => {
   const ctx = begin(info);
   let v;
   try { v = __ENTRY__(__tk_parse(input), ctx); return settle(v); }
-  catch (e) { return Promise.reject(__tk_wellformed(e)); }
+  catch (e) { return __tk_reject(e); }
 }"""
 ENTRIES = ("main", "handle")
 
@@ -280,8 +284,15 @@ def _where(message: str) -> tuple[int | None, int | None]:
     return None, None
 
 
+# mini-racer's text for a JavaScript value it hands Python as an object: its Python repr,
+# with a heap address. A rejection reaches Python through mini-racer's own await, which
+# calls the promise's ``then``: code that replaced ``Promise.prototype.then`` can reject
+# with any value there, past ``__tk_wellformed`` (found by review).
+_WRAPPER = re.compile(r"<py_mini_racer\.[\w.]+ object at 0x[0-9a-fA-F]+>")
+
+
 def _error(exc: BaseException) -> dict:
-    text = str(exc)
+    text = _WRAPPER.sub("a value that is not an Error", str(exc))
     first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
     first = first.removeprefix("JavaScript rejected promise with reason: ")
     line, column = _where(text)
@@ -300,6 +311,8 @@ def _error(exc: BaseException) -> dict:
         }
     if name == "JSParseException":
         kind = "SyntaxError"
+    if name == "JSPromiseError":  # a rejection that was no Error of ours: mini-racer's name
+        name = "Error"
     return {
         "kind": "exception",
         "type": (kind if message else name)[:100],
