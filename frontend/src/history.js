@@ -74,7 +74,11 @@ export function historySections(initial, ctx) {
 
   const showCall = async (id) => {
     try {
-      clear(callOut, resultView((await api("GET", `/v1/tool-calls/${q(id)}`)).data));
+      // Named in the tool's workspace: ids are the callers' own, unique per workspace only,
+      // and an admin's lookup without it shows the newest call of that id in any workspace
+      // (another workspace's result shown as this tool's, until 2026-12-06).
+      const path = `/v1/tool-calls/${q(id)}?workspace_id=${q(tool.workspace_id)}`;
+      clear(callOut, resultView((await api("GET", path)).data));
     } catch (err) {
       clear(callOut, h("p", { class: "form-alert", role: "alert", text: err.message }));
     }

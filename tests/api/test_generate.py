@@ -306,6 +306,19 @@ def test_every_tool_call_and_a_reply_without_one_are_answered(
     assert "name" in {p["field"] for p in json.loads(third[-2]["content"])["problems"]}
 
 
+def test_a_huge_answer_goes_back_to_the_model_cut(
+    client: TestClient, space: Space, rw, model_server: ScriptedModel
+) -> None:
+    """A model endpoint that answered 400 MB of text had it sent back on the next turn, and
+    twice on the one after (until 2026-12-06): what is echoed is cut."""
+    model_server.script(text("x" * 2_000_000), propose(cagr()))
+    assert generate(client, space, rw).status_code == 200
+    echoed = model_server.requests[1].messages[-2]
+    assert echoed["role"] == "assistant" and echoed["content"].endswith(" [cut]")
+    assert len(echoed["content"]) < 20_000
+    assert len(json.dumps(model_server.requests[1].messages)) < 100_000
+
+
 def test_three_bad_proposals_fail_with_the_last_problems(
     client: TestClient, space: Space, rw, model_server: ScriptedModel
 ) -> None:

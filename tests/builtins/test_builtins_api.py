@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import time
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from tests.builtins.conftest import SMTP_USER, Service, SmtpServer
+from tests.builtins.conftest import SMTP_USER, Service, SmtpServer, make_service
 
 
 def test_builtins_are_listed_with_schemas(outbox_service: Service) -> None:
@@ -180,3 +181,23 @@ def test_policy_can_withhold_a_builtin(outbox_service: Service) -> None:
     finally:
         svc.policy(builtins=["calculate", "send_email", "web_search", "surface_file", "run_code"])
     assert svc.builtin("calculate", {"expression": "1+1"}) == {"result": 2}
+
+
+def test_a_failing_search_provider_is_reported_without_its_address(
+    tmp_path_factory: pytest.TempPathFactory, search_url: str
+) -> None:
+    """The provider's URL may carry a password (SearXNG behind basic auth): the failure's
+    text named the whole URL to any workspace's caller (until 2026-12-06)."""
+    secret = "S3cretPW-" + str(time.time_ns())
+    with_password = search_url.replace("http://", f"http://searx:{secret}@")
+    for svc in make_service(
+        tmp_path_factory.mktemp("searx-auth"), search_provider="searxng", search_url=with_password
+    ):
+        ok = svc.builtin("web_search", {"query": "kilns", "count": 1})
+        assert ok["results"][0]["title"] == "kilns 0"
+        failed = svc.builtin("web_search", {"query": "explode"})
+        assert failed["error"] == "provider_failed", failed
+        said = json.dumps(failed)
+        host = urlsplit(search_url).netloc
+        assert secret not in said and host not in said, said
+        assert "HTTP 5" in failed["details"]["reason"], failed

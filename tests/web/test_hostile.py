@@ -176,3 +176,34 @@ def test_the_policy_blocks_inline_script_eval_and_framing(tab: Page, live: Live)
     frame_page.wait_for_load_state()
     assert len(tab.csp_violations) >= 3  # the script, the handler, the timer
     assert frame_page.frame_locator("iframe").get_by_label("Token").count() == 0
+
+
+def test_a_calls_result_is_its_own_workspaces_even_when_another_reused_its_id(
+    tab: Page, live: Live
+) -> None:
+    """Call ids are the callers' own and unique per workspace only: another workspace that
+    reused this call's id had its result shown as this tool's to an admin (until
+    2026-12-06, the view asked for the id without the tool's workspace)."""
+    ours = live.create_tool(
+        name="id-owner", code="def main(**p):\n    return {'message': 'the real result'}\n"
+    )
+    made = live.http.post("/v1/workspaces", json={"name": "id-reuser"})
+    assert made.status_code == 201, made.text
+    other = made.json()["data"]["id"]
+    body = {"workspace_id": other, "language": "python", "name": "spoof"}
+    spoof = live.http.post(
+        "/v1/custom-tools",
+        json={**body, "code": "def main(**p):\n    return {'message': 'SPOOFED elsewhere'}\n"},
+    ).json()["data"]
+    call = {"input": {}, "tool_call_id": "call_shared_1"}
+    for tool in (ours, spoof):  # the other workspace's call is the newer one
+        res = live.http.post(f"/v1/custom-tools/{tool['id']}/invoke", json=call)
+        assert res.status_code == 200 and res.json()["data"]["status"] == "ok", res.text
+    page = tab.page
+    tab.sign_in()
+    page.get_by_role("link", name="id-owner").click()
+    show = page.get_by_role("button", name="Show result of call call_shared_1")
+    expect(show).to_have_count(1)
+    show.click()
+    expect(page.locator(".result-box").last).to_contain_text("the real result")
+    expect(page.locator(".result-box").last).not_to_contain_text("SPOOFED")

@@ -20,6 +20,7 @@ MAX_CHARS = 1000
 MAX_NODES = 500
 MAX_INT_BITS = 4096  # results of integer operations
 MAX_FACTORIAL = 1000
+MAX_ROUND_DIGITS = 1000  # round(x, n): |n| at most this (10**n is computed for an int x)
 
 Number = int | float
 
@@ -34,14 +35,39 @@ def _factorial(n: Number) -> Number:
     return math.factorial(n)
 
 
+def _round(x: Number, ndigits: Number | None = None) -> Number:
+    """``round``, with the digits bounded: for an int, Python computes 10**-ndigits, and a
+    call with -2*10**7 held the service's interpreter for ~19 s, every workspace's requests
+    with it (until 2026-12-06; tests/builtins/test_calculate.py)."""
+    if ndigits is None:
+        return round(x)
+    if not isinstance(ndigits, int) or abs(ndigits) > MAX_ROUND_DIGITS:
+        raise BuiltinFailure(
+            "invalid_input",
+            f"round takes a number of digits from -{MAX_ROUND_DIGITS} to {MAX_ROUND_DIGITS}",
+        )
+    return round(x, ndigits)
+
+
+def _lcm(*values: int) -> int:
+    """``lcm``, each step's result bounded like any other integer's (many large arguments
+    grew it past the bound before the result was checked)."""
+    result = 1
+    for value in values:
+        result = math.lcm(result, value)
+        if result.bit_length() > MAX_INT_BITS:
+            raise BuiltinFailure("invalid_input", f"the result has more than {MAX_INT_BITS} bits")
+    return result
+
+
 FUNCTIONS: dict[str, Callable[..., Number]] = {
-    "abs": abs, "round": round, "min": min, "max": max,
+    "abs": abs, "round": _round, "min": min, "max": max,
     "sqrt": math.sqrt, "cbrt": math.cbrt, "exp": math.exp, "log": math.log,
     "log10": math.log10, "log2": math.log2, "sin": math.sin, "cos": math.cos,
     "tan": math.tan, "asin": math.asin, "acos": math.acos, "atan": math.atan,
     "atan2": math.atan2, "sinh": math.sinh, "cosh": math.cosh, "tanh": math.tanh,
     "floor": math.floor, "ceil": math.ceil, "trunc": math.trunc, "hypot": math.hypot,
-    "degrees": math.degrees, "radians": math.radians, "gcd": math.gcd, "lcm": math.lcm,
+    "degrees": math.degrees, "radians": math.radians, "gcd": math.gcd, "lcm": _lcm,
     "factorial": _factorial,
 }  # fmt: skip
 

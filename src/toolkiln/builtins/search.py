@@ -240,10 +240,21 @@ class WebSearch:
             raise BuiltinFailure(
                 "provider_failed",
                 "The search provider did not answer in time.",
-                {"reason": str(exc)[:300] or f"no answer within {SEARCH_CAP_S:g} s"},
+                {"reason": f"no answer within {SEARCH_CAP_S:g} s ({type(exc).__name__})"},
             ) from None
         except (httpx.HTTPError, ValueError) as exc:
             raise BuiltinFailure(
-                "provider_failed", "The search provider did not answer.", {"reason": str(exc)[:300]}
+                "provider_failed", "The search provider did not answer.", {"reason": _reason(exc)}
             ) from None
         return {"results": results}
+
+
+def _reason(exc: Exception) -> str:
+    """Why the provider failed, in words that name neither its address nor what its URL
+    holds: the exception's text named the whole URL, a password in it included, to any
+    workspace's caller (until 2026-12-06; tests/builtins/test_builtins_api.py)."""
+    if isinstance(exc, httpx.HTTPStatusError):
+        return f"the provider answered HTTP {exc.response.status_code}"
+    if isinstance(exc, ValueError):
+        return "the provider's answer is not the JSON expected"
+    return f"the provider could not be reached ({type(exc).__name__})"

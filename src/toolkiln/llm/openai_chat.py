@@ -117,6 +117,14 @@ def _tokens(value: Any) -> int:
     return int(value)
 
 
+ECHO_CONTENT_CHARS = 16_000  # of the model's own text, echoed back on the next turn
+ECHO_ARGUMENT_CHARS = 256_000  # of a tool call's arguments (a proposal: code and schema)
+
+
+def _cut(text: str | None, most: int) -> str | None:
+    return text if text is None or len(text) <= most else text[:most] + " [cut]"
+
+
 def _reply(response: Any) -> ChatReply:
     # The SDK does not validate the body: any shape may come back, so any failure to read
     # it is a bad response, never an exception that escapes as a 500.
@@ -132,10 +140,16 @@ def _reply(response: Any) -> ChatReply:
         raise LlmUnavailable(
             "The model endpoint's answer has no message.", {"reason": "bad_response"}
         ) from exc
-    echo: dict[str, Any] = {"role": "assistant", "content": content}
+    # What goes back to the model on the next turn, cut: a model endpoint that answered
+    # 400 MB of text had it sent back, then twice (until 2026-12-06).
+    echo: dict[str, Any] = {"role": "assistant", "content": _cut(content, ECHO_CONTENT_CHARS)}
     if calls:
         echo["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": _cut(c.arguments, ECHO_ARGUMENT_CHARS)},
+            }
             for c in calls
         ]
     usage = getattr(response, "usage", None)
