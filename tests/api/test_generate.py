@@ -337,6 +337,30 @@ def test_three_bad_proposals_fail_with_the_last_problems(
     assert row["data"]["outcome"] == "generation_failed" and row["data"]["attempts"] == 3
 
 
+def test_unstorable_text_in_a_proposal_is_a_problem_never_a_500(
+    client: TestClient, space: Space, rw, model_server: ScriptedModel
+) -> None:
+    """A model's expected value with a lone surrogate made the failure's details fail to
+    encode (a 500; streamed, a cut stream), and a name with NUL failed the audit row's
+    write on PostgreSQL (until 2026-12-06)."""
+    example = {"input": {"start_value": 1, "end_value": 2, "years": 1}}
+    lone = [{**example, "expected": {"message": "\ud800"}}]
+    for bad in (cagr(examples=lone), cagr(name="a\x00")):
+        model_server.script(*[propose(json.dumps(bad)) for _ in range(3)])
+        r = generate(client, space, rw)
+        assert r.status_code == 422, r.text
+        assert r.json()["error"]["code"] == "generation_failed", r.text
+        model_server.script(*[propose(json.dumps(bad)) for _ in range(3)])
+        body = {"workspace_id": space.id, "description": DESCRIPTION}
+        headers = {**rw, "Accept": "text/event-stream"}
+        with client.stream("POST", "/v1/custom-tools/generate", json=body, headers=headers) as s:
+            events = events_of(s)
+        assert events[-1][0] == "error", events[-1]
+        assert events[-1][1]["code"] == "generation_failed", events[-1]
+    rows = client.get(f"/v1/audit?workspace_id={space.id}&event=tool.generated", headers=rw)
+    assert len(rows.json()["data"]) == 4, rows.text
+
+
 @pytest.mark.parametrize("status", [500, 401])
 def test_a_failing_endpoint_is_llm_unavailable(
     client: TestClient, space: Space, rw, model_server: ScriptedModel, status: int

@@ -455,3 +455,25 @@ def test_a_ref_to_a_bundled_metaschema_is_never_resolved(target: Target) -> None
     refused = t.invoke(tool_id, {"x": {"type": [5]}})
     assert refused["error"]["code"] == "invalid_input", refused
     assert "never fetched" in refused["error"]["details"][0]["message"], refused
+
+
+def test_a_value_too_large_for_its_schemas_enums_is_refused_not_compared(
+    target: Target,
+) -> None:
+    """Each part of a value may be compared with each enum and const value, work neither
+    validator bounds (jsonschema-rs does it holding the interpreter): 60,000 items against
+    1,500 enum objects held every request of the service for 13 s (until 2026-12-06). Such
+    an input is refused at once, naming it; a value of a usual size is checked as before."""
+    t = tenant(target.runtime, target.client, "schema-enum-work")
+    schema = {
+        "type": "object",
+        "properties": {"x": {"type": "array", "items": {"enum": [{"a": n} for n in range(1500)]}}},
+    }
+    tool_id = t.tool("enum-work", CODE, language="python", input_schema=schema)
+    assert t.invoke(tool_id, {"x": [{"a": 1499}] * 100})["status"] == "ok"
+    wrong = t.invoke(tool_id, {"x": [{"a": 1500}]})
+    assert wrong["error"]["details"][0]["field"] == "input.x.0", wrong
+    big = t.invoke(tool_id, {"x": [{"a": 1499}] * 60_000})
+    assert big["error"]["code"] == "invalid_input", big
+    assert "too many values" in big["error"]["details"][0]["message"], big
+    assert big["error"]["details"][0]["field"] == "input", big

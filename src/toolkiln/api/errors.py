@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from toolkiln.domain import errors
+from toolkiln.domain.problems import scrub, scrub_all
 
 log = logging.getLogger("toolkiln.api")
 
@@ -54,7 +55,9 @@ def envelope(
     headers = dict(headers or {})
     if status == 401:
         headers["WWW-Authenticate"] = "Bearer"
-    body = {"error": {"code": code, "message": message, "details": details}}
+    # Details may repeat text from outside (a model's proposal): a lone surrogate in them
+    # made the response fail to encode, a 500 (until 2026-12-06).
+    body = {"error": {"code": code, "message": scrub(message), "details": scrub_all(details)}}
     return JSONResponse(body, status_code=status, headers=headers or None)
 
 

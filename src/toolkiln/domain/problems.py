@@ -75,6 +75,18 @@ def scrub(value: str) -> str:
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
+def scrub_all(value: Any) -> Any:
+    """``value`` with every string in it (keys too) made storable as ``scrub`` does: for
+    what repeats text from outside (a model's answer) in a response or an audit row."""
+    if isinstance(value, str):
+        return scrub(value)
+    if isinstance(value, dict):
+        return {scrub_all(k): scrub_all(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [scrub_all(v) for v in value]
+    return value
+
+
 def json_depth(value: Any) -> int:
     """Nesting depth without recursion, so hostile input cannot blow the stack."""
     deepest, stack = 0, [(value, 1)]

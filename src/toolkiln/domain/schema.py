@@ -183,6 +183,25 @@ def _small_numbers(value: Any) -> bool:
     return False
 
 
+def _enum_parts(schema: Any) -> int:
+    """How many values the schema's ``enum`` and ``const`` keywords hold in all: what a
+    value's every part may be compared with."""
+    total, todo = 0, [schema]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, dict):
+            for key, sub in node.items():
+                if key == "enum" and isinstance(sub, list):
+                    total += sum(_parts(v) for v in sub)
+                elif key == "const":
+                    total += _parts(sub)
+                elif key not in ("default", "examples"):
+                    todo.append(sub)
+        elif isinstance(node, list):
+            todo.extend(node)
+    return total
+
+
 def _parts(value: Any) -> int:
     """How many values ``value`` holds, itself included."""
     if isinstance(value, dict):
@@ -493,6 +512,7 @@ _NO_RETRIEVAL: Registry[Any] = Registry(retrieve=_refuse_retrieval)  # type: ign
 STEPS = 20_000
 STEPS_PER_PART = 20
 STEPS_MAX = 200_000  # whatever the value's size
+ENUM_WORK = 2_000_000  # parts of the value x enum and const values of the schema
 RS_WORK = 5_000_000  # ways down the schema x parts of the value jsonschema-rs may take on
 MAX_ERRORS = 100  # read from jsonschema, then sorted by place; the first 20 are reported
 STEPS_MESSAGE = (
@@ -742,10 +762,11 @@ class InputValidator:
     valid is valid; any other answer (invalid, or it could not take the value) goes to
     jsonschema."""
 
-    __slots__ = ("_fast", "_ways", "reference", "runaway")
+    __slots__ = ("_fast", "_ways", "enum_parts", "reference", "runaway")
 
     def __init__(self, schema: dict[str, Any]) -> None:
         self._fast: Any = None
+        self.enum_parts = _enum_parts(schema)
         self.runaway: tuple[str, str] | None = None
         self._ways: int | None = None  # ways down from the root; None: unbounded (recursive)
         try:
@@ -806,7 +827,21 @@ def input_problems(validator: InputValidator, value: Any) -> list[Problem]:
     """Every place the input breaks the schema, as problems with a dotted ``field``; text
     that is not storable Unicode (NUL, lone surrogates) is refused before the schema."""
     out: list[Problem] = text_problems("input", value)
-    if out or validator.surely_valid(value):
+    if out:
+        return out
+    # Comparing each part of the value with each enum and const value is work neither
+    # library bounds, and jsonschema-rs does it holding the interpreter: 60,000 values
+    # against 1,500 enum objects held every request of the service 13 s (until 2026-12-06;
+    # tests/security/test_schema_loops.py).
+    if validator.enum_parts and validator.enum_parts * (n := _parts(value)) > ENUM_WORK:
+        return [
+            problem(
+                "input",
+                f"holds too many values ({n}) to compare with the {validator.enum_parts} "
+                "values of the tool's input schema's enum and const keywords",
+            )
+        ]
+    if validator.surely_valid(value):
         return out
     if validator.runaway is not None or validator.reference is None:
         where, why = validator.runaway or ("", "cannot be used")

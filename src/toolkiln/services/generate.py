@@ -42,7 +42,7 @@ from toolkiln.domain.generation import (
     user_prompt,
 )
 from toolkiln.domain.limits import MAX_BODY_BYTES, MIN_TIMEOUT_MS
-from toolkiln.domain.problems import Problem, problem, text_problems
+from toolkiln.domain.problems import Problem, problem, scrub_all, text_problems
 from toolkiln.domain.records import AuditRow
 from toolkiln.domain.results import Result
 from toolkiln.domain.schema import schema_to_parameters
@@ -193,6 +193,8 @@ class GenerateService:
                 draft, problems = self._judge(run, call)
                 if draft is not None:
                     return draft
+            # The problems may quote the proposal's own text: sent back, and shown, storable.
+            problems = scrub_all(problems)
             answer = problems_message(problems, attempt, self._max_attempts)
             # Every tool call must be answered before the conversation may go on.
             for other in reply.tool_calls:
@@ -267,8 +269,8 @@ class GenerateService:
             "model": self._model.model if self._model else None,
             "usage": run.usage.as_dict(),
         }
-        with self._uow() as tx:
-            tx.audit.add(AuditRow(request.workspace_id, "tool.generated", data=data))
+        with self._uow() as tx:  # the name is the model's: text PostgreSQL can store
+            tx.audit.add(AuditRow(request.workspace_id, "tool.generated", data=scrub_all(data)))
 
 
 def _draft(

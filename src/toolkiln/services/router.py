@@ -255,6 +255,8 @@ class Router:
     def _custom_in(
         self, tx: UnitOfWork, origin: Origin, name: str, offer: Offer | None
     ) -> Tool | None:
+        if "\x00" in name:  # no stored name or id holds one, and PostgreSQL cannot compare
+            return None  # text that does (a DataError: a 500 over MCP, until 2026-12-06)
         tool = tx.tools.by_name(origin.workspace_id, name)
         if tool is None and "_" in name and not name.startswith(CUSTOM_PREFIX):
             tool = tx.tools.by_name(origin.workspace_id, name.replace("_", "-"))

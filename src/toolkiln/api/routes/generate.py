@@ -17,6 +17,7 @@ from toolkiln.api import models
 from toolkiln.api.deps import Svc, Writer
 from toolkiln.domain.auth import Principal
 from toolkiln.domain.errors import ToolkilnError
+from toolkiln.domain.problems import scrub_all
 from toolkiln.services.container import Services
 from toolkiln.services.generate import GenerateRequest
 
@@ -85,7 +86,7 @@ async def _plain(
 
 
 def _sse(kind: str, data: Any) -> str:
-    return f"event: {kind}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
+    return f"event: {kind}\ndata: {json.dumps(scrub_all(data), ensure_ascii=False)}\n\n"
 
 
 async def _events(svc: Services, who: Principal, wanted: GenerateRequest) -> AsyncIterator[str]:
