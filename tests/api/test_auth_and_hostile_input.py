@@ -164,6 +164,9 @@ def test_malformed_and_hostile_bodies_get_clear_4xx(client: TestClient, space: S
     assert _count(client, space, rw) == before
     form = client.post(post, content=b"a=1", headers={**rw, "Content-Type": "text/plain"})
     assert form.status_code == 415 and form.json()["error"]["code"] == "unsupported_media_type"
+    # A JSON body sent without any Content-Type (a 422 about its shape until 2026-12-06).
+    bare = client.post(post, content=json.dumps(seed_tool(space)).encode(), headers=rw)
+    assert bare.status_code == 415 and bare.json()["error"]["code"] == "unsupported_media_type"
     deep_schema = {"type": "object"}
     node = deep_schema
     for _ in range(100):

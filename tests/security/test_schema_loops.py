@@ -237,6 +237,11 @@ def test_an_id_that_is_no_uri_is_refused_not_a_500(target: Target) -> None:
     r = target.client.post("/v1/custom-tools", json=_draft(target, schema), headers=target.headers)
     assert r.status_code == 422, r.text
     assert "not a URI" in r.json()["error"]["details"][0]["message"]
+    # Without any $ref too: saved, it refused every input (until 2026-12-06).
+    plain = {"type": "object", "$id": "http://[::1", "properties": {}}
+    r = target.client.post("/v1/custom-tools", json=_draft(target, plain), headers=target.headers)
+    assert r.status_code == 422, r.text
+    assert "not a URI" in r.json()["error"]["details"][0]["message"]
 
 
 def test_references_by_anchor_resolve_without_crawling_the_schema_again(

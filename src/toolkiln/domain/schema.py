@@ -465,7 +465,10 @@ def runaway(schema: dict[str, Any]) -> tuple[str, str] | None:
     reaches counts (an unused ``$defs`` entry is never applied); references resolve as the
     validator resolves them (``$id`` scopes included), and one that leaves the schema is never
     fetched and closes no loop. Raises ValueError for an ``$id`` that is no URI."""
-    if '"$ref"' not in json.dumps(schema):  # neither without one (most schemas)
+    written = json.dumps(schema)
+    if '"$ref"' not in written:  # neither without one (most schemas)
+        if '"$id"' in written:  # but an $id that is no URI is refused all the same: stored,
+            registry_of(schema)  # it refused every input (until 2026-12-06)
         return None
     graph = _Graph(schema, registry_of(schema)[0])
     found = _runaway(graph)
