@@ -42,9 +42,8 @@ def _round(x: Number, ndigits: Number | None = None) -> Number:
     if ndigits is None:
         return round(x)
     if not isinstance(ndigits, int) or abs(ndigits) > MAX_ROUND_DIGITS:
-        raise BuiltinFailure(
-            "invalid_input",
-            f"round takes a number of digits from -{MAX_ROUND_DIGITS} to {MAX_ROUND_DIGITS}",
+        raise _fail(
+            f"round takes a whole number of digits from -{MAX_ROUND_DIGITS} to {MAX_ROUND_DIGITS}"
         )
     return round(x, ndigits)
 
@@ -56,7 +55,7 @@ def _lcm(*values: int) -> int:
     for value in values:
         result = math.lcm(result, value)
         if result.bit_length() > MAX_INT_BITS:
-            raise BuiltinFailure("invalid_input", f"the result has more than {MAX_INT_BITS} bits")
+            raise _fail(f"the result has more than {MAX_INT_BITS} bits")
     return result
 
 

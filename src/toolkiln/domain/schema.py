@@ -185,7 +185,8 @@ def _small_numbers(value: Any) -> bool:
 
 def _enum_parts(schema: Any) -> int:
     """How many values the schema's ``enum`` and ``const`` keywords hold in all: what a
-    value's every part may be compared with."""
+    value's every part may be compared with. Every key is walked (an ``enum`` key in data,
+    under ``default`` say, counts too: a property may be named ``default``)."""
     total, todo = 0, [schema]
     while todo:
         node = todo.pop()
@@ -195,7 +196,7 @@ def _enum_parts(schema: Any) -> int:
                     total += sum(_parts(v) for v in sub)
                 elif key == "const":
                     total += _parts(sub)
-                elif key not in ("default", "examples"):
+                else:
                     todo.append(sub)
         elif isinstance(node, list):
             todo.extend(node)
@@ -515,7 +516,7 @@ _NO_RETRIEVAL: Registry[Any] = Registry(retrieve=_refuse_retrieval)  # type: ign
 STEPS = 20_000
 STEPS_PER_PART = 20
 STEPS_MAX = 200_000  # whatever the value's size
-ENUM_WORK = 2_000_000  # parts of the value x enum and const values of the schema
+ENUM_WORK = 5_000_000  # parts of the value x enum and const values jsonschema-rs may take on
 RS_WORK = 5_000_000  # ways down the schema x parts of the value jsonschema-rs may take on
 MAX_ERRORS = 100  # read from jsonschema, then sorted by place; the first 20 are reported
 STEPS_MESSAGE = (
@@ -815,6 +816,12 @@ class InputValidator:
             return False
         if self._ways is not None and self._ways > 100 and self._ways * _parts(value) > RS_WORK:
             return False  # jsonschema-rs has no budget: jsonschema, which has, judges
+        if self.enum_parts and self.enum_parts * _parts(value) > ENUM_WORK:
+            # Nor for comparing each part with each enum and const value, which it does
+            # holding the interpreter: 60,000 items against 1,500 enum objects held every
+            # request of the service 13 s (until 2026-12-06). jsonschema charges each
+            # comparison to the value's budget (_cost).
+            return False
         try:
             return bool(self._fast.is_valid(value))
         except BaseException as exc:  # a value it cannot take: jsonschema judges
@@ -830,21 +837,7 @@ def input_problems(validator: InputValidator, value: Any) -> list[Problem]:
     """Every place the input breaks the schema, as problems with a dotted ``field``; text
     that is not storable Unicode (NUL, lone surrogates) is refused before the schema."""
     out: list[Problem] = text_problems("input", value)
-    if out:
-        return out
-    # Comparing each part of the value with each enum and const value is work neither
-    # library bounds, and jsonschema-rs does it holding the interpreter: 60,000 values
-    # against 1,500 enum objects held every request of the service 13 s (until 2026-12-06;
-    # tests/security/test_schema_loops.py).
-    if validator.enum_parts and validator.enum_parts * (n := _parts(value)) > ENUM_WORK:
-        return [
-            problem(
-                "input",
-                f"holds too many values ({n}) to compare with the {validator.enum_parts} "
-                "values of the tool's input schema's enum and const keywords",
-            )
-        ]
-    if validator.surely_valid(value):
+    if out or validator.surely_valid(value):
         return out
     if validator.runaway is not None or validator.reference is None:
         where, why = validator.runaway or ("", "cannot be used")

@@ -125,6 +125,13 @@ def _cut(text: str | None, most: int) -> str | None:
     return text if text is None or len(text) <= most else text[:most] + " [cut]"
 
 
+def _cut_arguments(text: str) -> str:
+    """Arguments too long to echo, as JSON still (servers may parse what they get back)."""
+    if len(text) <= ECHO_ARGUMENT_CHARS:
+        return text
+    return json.dumps({"note": f"arguments of {len(text)} characters, not repeated"})
+
+
 def _reply(response: Any) -> ChatReply:
     # The SDK does not validate the body: any shape may come back, so any failure to read
     # it is a bad response, never an exception that escapes as a 500.
@@ -148,7 +155,7 @@ def _reply(response: Any) -> ChatReply:
             {
                 "id": c.id,
                 "type": "function",
-                "function": {"name": c.name, "arguments": _cut(c.arguments, ECHO_ARGUMENT_CHARS)},
+                "function": {"name": c.name, "arguments": _cut_arguments(c.arguments)},
             }
             for c in calls
         ]

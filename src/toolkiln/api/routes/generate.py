@@ -17,7 +17,7 @@ from toolkiln.api import models
 from toolkiln.api.deps import Svc, Writer
 from toolkiln.domain.auth import Principal
 from toolkiln.domain.errors import ToolkilnError
-from toolkiln.domain.problems import scrub_all
+from toolkiln.domain.problems import scrub
 from toolkiln.services.container import Services
 from toolkiln.services.generate import GenerateRequest
 
@@ -86,7 +86,9 @@ async def _plain(
 
 
 def _sse(kind: str, data: Any) -> str:
-    return f"event: {kind}\ndata: {json.dumps(scrub_all(data), ensure_ascii=False)}\n\n"
+    # Scrubbed as text, after the encoding (the model's data may nest deep; a lone
+    # surrogate in it made the stream fail mid-body, until 2026-12-06).
+    return f"event: {kind}\ndata: {scrub(json.dumps(data, ensure_ascii=False))}\n\n"
 
 
 async def _events(svc: Services, who: Principal, wanted: GenerateRequest) -> AsyncIterator[str]:
