@@ -163,3 +163,34 @@ def own_service(
             yield rt, client, who
     finally:
         rt.close()
+
+
+@contextmanager
+def serving(rt: Runtime) -> Iterator[str]:
+    """The runtime's app on a real uvicorn on a free loopback port: its base URL, until the
+    block ends (the runtime stays open; its owner closes it)."""
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+
+    from toolkiln.app import build_app
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    server = uvicorn.Server(
+        uvicorn.Config(build_app(rt, close_on_exit=False), port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)

@@ -10,6 +10,7 @@ from collections.abc import Collection
 from datetime import UTC, datetime
 
 import anyio
+import anyio.abc
 import pytest
 import sqlalchemy as sa
 
@@ -54,21 +55,21 @@ async def _until(told: Told, predicate: object, what: str) -> None:
     assert predicate(), what  # type: ignore[operator]
 
 
+async def _watching(tasks: anyio.abc.TaskGroup, runtime: Runtime, told: Told) -> None:
+    """The watcher started in ``tasks``, once it has made its first look."""
+    looked = anyio.Event()
+    tasks.start_soon(tool_list_watcher(runtime.services, told), looked.set)
+    with anyio.fail_after(15):
+        await looked.wait()
+
+
 def test_each_workspace_is_told_of_its_own_changes(runtime: Runtime) -> None:
     x, y = f"ws-x-{secrets.token_hex(3)}", f"ws-y-{secrets.token_hex(3)}"
     told = Told()
-    looks = 0
-
-    def healthy() -> None:
-        nonlocal looks
-        looks += 1
 
     async def run() -> None:
         async with anyio.create_task_group() as tasks:
-            tasks.start_soon(tool_list_watcher(runtime.services, told), healthy)
-            with anyio.fail_after(15):
-                while looks < 1:
-                    await anyio.sleep(0.01)
+            await _watching(tasks, runtime, told)
             await anyio.to_thread.run_sync(lambda: _commit_row(runtime, x))
             await _until(told, lambda: {x} in told.told, "x was not told")
             await anyio.to_thread.run_sync(lambda: _commit_row(runtime, y))
@@ -84,18 +85,10 @@ def test_a_row_committed_below_the_newest_id_seen_is_told(runtime: Runtime) -> N
         pytest.skip("SQLite has one writer: ids become visible in their order")
     late, early = f"ws-late-{secrets.token_hex(3)}", f"ws-early-{secrets.token_hex(3)}"
     told = Told()
-    looks = 0
-
-    def healthy() -> None:
-        nonlocal looks
-        looks += 1
 
     async def run() -> None:
         async with anyio.create_task_group() as tasks:
-            tasks.start_soon(tool_list_watcher(runtime.services, told), healthy)
-            with anyio.fail_after(15):
-                while looks < 1:
-                    await anyio.sleep(0.01)
+            await _watching(tasks, runtime, told)
             # The late row takes its id first and commits after the early one.
             conn = runtime.database.engine.connect()
             try:

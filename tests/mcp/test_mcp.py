@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import os
-import socket
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,12 +12,12 @@ import anyio
 import httpx
 import httpx2
 import pytest
-import uvicorn
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from toolkiln.app import Runtime, build, build_app
+from tests.conftest import serving
+from toolkiln.app import Runtime, build
 from toolkiln.config import Settings
 from toolkiln.domain.tools import ToolDraft
 
@@ -36,12 +33,6 @@ class Live:
     ok_tool: str
     bad_tool: str
     other_token: str
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -77,20 +68,11 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     rt.services.agents.enable_tool(who, agent.id, bad.id, None)
     other_ws = access.create_workspace(None, "elsewhere")
     other = access.create_token(None, other_ws.id, "read,invoke").value
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(build_app(rt, close_on_exit=False), port=port, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    yield Live(rt, f"http://127.0.0.1:{port}", data_dir, agent.id, ok.id, bad.id, other)
-    server.should_exit = True
-    thread.join(10)
-    rt.close()
+    try:
+        with serving(rt) as base:
+            yield Live(rt, base, data_dir, agent.id, ok.id, bad.id, other)
+    finally:
+        rt.close()
 
 
 async def exercise(session: ClientSession, live: Live) -> dict:

@@ -14,9 +14,6 @@ checks that its client was told of that one change and of nothing before it.
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,12 +22,12 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
-import uvicorn
 from mcp.client.client import Client
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from toolkiln.app import Runtime, build, build_app
+from tests.conftest import serving
+from toolkiln.app import Runtime, build
 from toolkiln.config import Settings
 from toolkiln.domain.auth import Principal
 from toolkiln.domain.tools import ToolDraft
@@ -56,12 +53,6 @@ class Live:
     y: Side
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     rt = build(Settings(data_dir=Path(tmp_path_factory.mktemp("mcp-scoping"))))
@@ -81,20 +72,11 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         return Side(token, who, agent.id)
 
     x, y = side("tenant-x"), side("tenant-y")
-    port = _free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(build_app(rt, close_on_exit=False), port=port, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    yield Live(rt, f"http://127.0.0.1:{port}", x, y)
-    server.should_exit = True
-    thread.join(10)
-    rt.close()
+    try:
+        with serving(rt) as base:
+            yield Live(rt, base, x, y)
+    finally:
+        rt.close()
 
 
 def _add_tool(live: Live, side: Side, name: str) -> None:

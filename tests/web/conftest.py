@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,9 +17,9 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
-from toolkiln.app import Runtime, build, build_app
+from tests.conftest import serving
+from toolkiln.app import Runtime, build
 from toolkiln.config import Settings
 
 CHROMIUM = os.environ.get("TOOLKILN_CHROMIUM", "/usr/bin/chromium")
@@ -39,12 +36,6 @@ REPORT_CSP = """document.addEventListener('securitypolicyviolation', (e) => {
   const inEditor = Boolean(t && t.closest && (t.closest('.cm-content') || t.closest('.cm-line')));
   window.__cspViolation(e.violatedDirective, inEditor, e.sample || '');
 });"""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -78,25 +69,13 @@ def serve(data_dir: Path, **settings: Any) -> Iterator[Live]:
         pytest.fail("The view's bundle is not built: run `make install` (npm ci + esbuild).")
     rt = build(Settings(data_dir=data_dir, sandbox_warm=2, sandbox_js_workers=1, **settings))
     rt.services.access.bootstrap(TOKEN)
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(build_app(rt, close_on_exit=False), port=port, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    url = f"http://127.0.0.1:{port}"
-    http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
-    workspace = http.get("/v1/workspaces").json()["data"][0]["id"]
     try:
-        yield Live(rt, url, workspace, http)
+        with serving(rt) as url:
+            headers = {"Authorization": f"Bearer {TOKEN}"}
+            with httpx.Client(base_url=url, headers=headers, timeout=30) as http:
+                workspace = http.get("/v1/workspaces").json()["data"][0]["id"]
+                yield Live(rt, url, workspace, http)
     finally:
-        http.close()
-        server.should_exit = True
-        thread.join(10)
         rt.close()
 
 

@@ -814,14 +814,16 @@ class InputValidator:
     def surely_valid(self, value: Any) -> bool:
         if self._fast is None or not _small_numbers(value):
             return False
-        if self._ways is not None and self._ways > 100 and self._ways * _parts(value) > RS_WORK:
-            return False  # jsonschema-rs has no budget: jsonschema, which has, judges
-        if self.enum_parts and self.enum_parts * _parts(value) > ENUM_WORK:
-            # Nor for comparing each part with each enum and const value, which it does
-            # holding the interpreter: 60,000 items against 1,500 enum objects held every
-            # request of the service 13 s (until 2026-12-06). jsonschema charges each
-            # comparison to the value's budget (_cost).
-            return False
+        # jsonschema-rs has no budget: jsonschema, which has, judges where the work may be
+        # large. For the ways down the schema; and for comparing each part with each enum
+        # and const value, which it does holding the interpreter (60,000 items against
+        # 1,500 enum objects held every request of the service 13 s, until 2026-12-06;
+        # jsonschema charges each comparison to the value's budget, _cost).
+        ways = self._ways if self._ways is not None and self._ways > 100 else 0
+        if ways or self.enum_parts:
+            parts = _parts(value)
+            if ways * parts > RS_WORK or self.enum_parts * parts > ENUM_WORK:
+                return False
         try:
             return bool(self._fast.is_valid(value))
         except BaseException as exc:  # a value it cannot take: jsonschema judges
