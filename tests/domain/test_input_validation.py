@@ -1,4 +1,5 @@
-"""Input validation: jsonschema-rs may answer "valid" only where jsonschema would (step 40).
+"""Input validation: jsonschema-rs may answer "valid" only where jsonschema would
+(docs/decisions/116-ctx-input-validation.md).
 
 jsonschema is the judge (its messages are the API's); jsonschema-rs answers first for schemas
 made only of keywords both read alike. These tests attack that promise: random values against

@@ -301,9 +301,9 @@ def test_the_runners_code_on_a_calls_path_is_quickened_before_the_call(
     3.11 quickens a code object once it has started 8 times, writing into it, and a child
     runs the runner's functions once or twice (its warm-up and the call), so without the
     rehearsal every child quickened them again, a copy-on-write fault per page written
-    (docs/benchmarks.md, step 55); the asyncio template rehearses an ``async def`` sample
-    too (``Runner.run``, which a child runs only for an async tool). A tool finds them
-    quickened (``RESUME_QUICK``), and at its import no event loop current or running, no
+    (docs/decisions/103-template-rehearses-the-call-path.md); the asyncio template rehearses an
+    ``async def`` sample too (``Runner.run``, which a child runs only for an async tool). A tool
+    finds them quickened (``RESUME_QUICK``), and at its import no event loop current or running, no
     thread but its own, the loop made for it open (a module's
     ``asyncio.get_event_loop()`` makes a loop of its own, as without the rehearsal)."""
     # The module's name is spelled in two parts: code that says "async" runs in the asyncio
@@ -377,9 +377,10 @@ def test_code_that_says_async_runs_where_asyncio_is_preloaded_and_other_code_wit
     sandbox: PythonSandbox,
 ) -> None:
     """Two templates (runner.needs_asyncio): code that says ``async`` starts with asyncio
-    imported; any other code starts without it (cheaper forks, docs/benchmarks.md step 49)
-    and can still import and run it. Their children's uids are disjoint parts of the
-    sandbox's slot, so the two kinds of children never share a uid."""
+    imported; any other code starts without it (cheaper forks,
+    docs/decisions/104-what-the-python-template-holds.md) and can still import and run it. Their
+    children's uids are disjoint parts of the sandbox's slot, so the two kinds of children never
+    share a uid."""
     low, count = int(sandbox.config["uid_base"]), int(sandbox.config["uid_count"])
     lean = (
         "import os, sys\n"
@@ -488,9 +489,9 @@ ASYNC_CASES = {
 @pytest.mark.parametrize("case", sorted(ASYNC_CASES))
 def test_async_code_runs_as_under_asyncio_run(sandbox: PythonSandbox, case: str) -> None:
     """An async entry runs on a loop its child made before the request (pyrunner
-    ._prepare_loop, docs/benchmarks.md step 50): what ``asyncio.run`` does still holds (a
-    copy of the context at the run, tasks left cancelled and async generators finalized
-    before the result, with their output in the logs), and what the tool's module does to
+    ._prepare_loop, docs/decisions/104-what-the-python-template-holds.md): what ``asyncio.run`` does
+    still holds (a copy of the context at the run, tasks left cancelled and async generators
+    finalized before the result, with their output in the logs), and what the tool's module does to
     its event loop (stop it, close it, give it tasks) stays off the call's loop."""
     code, value, stdout = ASYNC_CASES[case]
     out = run(sandbox, code)
@@ -770,7 +771,8 @@ print(json.dumps({"same": before == after, "failed": failed, "after_failure": st
 def test_the_rehearsal_leaves_the_template_as_it_was_and_a_failed_one_says_why(
     tmp_path: Path,
 ) -> None:
-    """``pyrunner.rehearse`` (run by each Python template before it forks, step 55) leaves
+    """``pyrunner.rehearse`` (run by each Python template before it forks,
+    docs/decisions/103-template-rehearses-the-call-path.md) leaves
     no descriptor, no redirected output, no finder, no event loop policy, runner or running
     loop behind, also when a sample fails; a sample that does not return makes it raise,
     naming the report (the template then starts without it, logging a note: template.py)."""
@@ -794,9 +796,10 @@ def test_the_rehearsal_leaves_the_template_as_it_was_and_a_failed_one_says_why(
 def test_a_template_whose_rehearsal_fails_starts_without_it_and_says_why(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The rehearsal is a speed-up only (step 55): when it fails (here: results capped at
-    64 bytes, so the sample's own result is too large), the template starts anyway and the
-    host logs the template's note; calls run in both templates (and meet the same cap)."""
+    """The rehearsal is a speed-up only (docs/decisions/103-template-rehearses-the-call-path.md):
+    when it fails (here: results capped at 64 bytes, so the sample's own result is too large), the
+    template starts anyway and the host logs the template's note; calls run in both templates (and
+    meet the same cap)."""
     limits = Limits(caps=Caps(result_bytes=64))
     with caplog.at_level(logging.WARNING, logger="toolkiln.sandbox"):
         sb = PythonSandbox(PackageStore(tmp_path / "pkgs"), limits=limits, warm=1)

@@ -1,7 +1,7 @@
 """What every new sandbox process is before any of its own code runs, read by the host from
 /proc: its own uid and gid and no groups, no_new_privs and the seccomp filter, the rlimits
 child.py decides, non-dumpable, and no descriptor of the template's but its channel. Since
-step 45 _spawn.c does this in C between fork and the child's first Python (it was
+_spawn.c does this in C between fork and the child's first Python (it was
 child.become in Python); these hold whichever does it."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A tool's schema never makes the service send a request (step 40's review found
+"""A tool's schema never makes the service send a request (a review found
 jsonschema fetching a remote ``$ref`` over HTTP while validating an input: a request to any
 address, on demand, from inside the platform's network).
 

@@ -1,4 +1,5 @@
-"""What a Python template holds before its first fork is in every child: since step 55 it
+"""What a Python template holds before its first fork is in every child: since
+docs/decisions/103-template-rehearses-the-call-path.md it
 rehearses a child's path there (pyrunner.rehearse: socket pairs, links, readers, captured
 output, for code that says ``async`` an event loop each time). The attack: a tool looking in
 its own process for what the template left (a link or reader of another run, with its

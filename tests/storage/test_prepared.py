@@ -216,8 +216,8 @@ def test_a_connection_dropped_while_idle_is_replaced_before_use(
     """PostgreSQL: a pooled connection idle for ``PING_IDLE_S`` is pinged at checkout, and
     one the server dropped meanwhile (as a restart does) is replaced: the transaction works,
     no error reaches the caller. One used a moment ago is not pinged (two round trips of
-    every invocation, docs/benchmarks.md step 53): if the server dropped it in that moment,
-    the statement is an outage (503) and the next transaction connects anew."""
+    every invocation, docs/decisions/110-connection-pool.md): if the server dropped it in that
+    moment, the statement is an outage (503) and the next transaction connects anew."""
     url = PG_URL.replace("postgresql+psycopg://", "postgresql://")
     db = Database(PG_URL, pool_size=1)
 
@@ -307,7 +307,8 @@ def test_a_write_lock_held_past_the_busy_timeout_is_an_outage(
 def test_a_one_statement_read_runs_without_a_transaction_on_postgresql(
     runtime: Runtime, ws: str, backend: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``one_statement=True`` (the status re-read at admission, docs/benchmarks.md step 54):
+    """``one_statement=True`` (the status re-read at admission,
+    docs/decisions/108-one-read-per-call.md):
     PostgreSQL runs the read in autocommit, so no transaction is open while it runs (no
     BEGIN before it, so no COMMIT after it: one round trip instead of three), and it sees
     what was committed; the connection goes back to the pool transactional again, also when

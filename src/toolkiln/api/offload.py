@@ -4,7 +4,7 @@ FastAPI runs a sync route through anyio's thread hand-off (a capacity limiter, t
 library's detection, a shielded checkpoint, per request). For the route every tool call
 takes, a plain executor hand-off measured ~0.1 ms less service CPU per call and a lower p50
 with sequential calls; under 16 clients three A/B runs gave +10%, -3% and +5% calls/s
-(within the noise; docs/benchmarks.md, step 22). The call's context variables go with it, as
+(within the noise; docs/decisions/111-invoke-route.md). The call's context variables go with it, as
 with anyio; a call that has started runs to its end even when its client goes away (its
 result is recorded), as before.
 """

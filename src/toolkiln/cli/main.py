@@ -110,7 +110,7 @@ def _freeze_startup_heap() -> None:
     """What start-up made (~200k objects: modules, the app, its routes and models) lives as
     long as the process: out of the collector's sight, so that a full collection walks only
     what the calls made since. Walking it all held the GIL for ~130-150 ms on the reference
-    VM, a stall of every call in flight whenever one ran (docs/benchmarks.md, step 41)."""
+    VM, a stall of every call in flight whenever one ran (docs/decisions/111-invoke-route.md)."""
     import gc
 
     gc.collect()

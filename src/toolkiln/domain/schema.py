@@ -762,8 +762,8 @@ class InputValidator:
     """A schema's validator. jsonschema is the judge: a value it finds invalid is refused,
     with its messages. For a schema made only of keywords both libraries read alike,
     jsonschema-rs answers first (~0.4 µs against ~28 µs for the built-ins' schemas: every
-    ``ctx.tools`` call validates its input; docs/benchmarks.md, step 40): a value it finds
-    valid is valid; any other answer (invalid, or it could not take the value) goes to
+    ``ctx.tools`` call validates its input; docs/decisions/116-ctx-input-validation.md): a value it
+    finds valid is valid; any other answer (invalid, or it could not take the value) goes to
     jsonschema."""
 
     __slots__ = ("_fast", "_ways", "enum_parts", "reference", "runaway")

@@ -31,7 +31,7 @@ class Handle:
     slot was handed out. The files every child's attach, join and OOM check use are opened
     once, when the slot is made, and written and read in place: an open, a write and a close
     of each for every child cost the pool's reader thread ~25 us of CPU per call more
-    (docs/benchmarks.md, step 43).
+    (docs/decisions/105-cpu-group-entered-when-taken.md).
 
     ``holds`` counts the runs of the call this slot is charged for that have not ended:
     its own process's run and the nested runs whose processes joined it; ``vacated``: its
@@ -181,7 +181,7 @@ class Cgroups:
     @staticmethod
     def enter_cpu(handle: Handle, pid: int) -> None:
         """Into its slot's CPU group: a process attached with ``cpu=False``, before it runs
-        anything of a call's (docs/benchmarks.md, step 57)."""
+        anything of a call's (docs/decisions/105-cpu-group-entered-when-taken.md)."""
         if handle.cpu_procs is not None:
             _put(handle.cpu_procs, pid)
 

@@ -1,10 +1,10 @@
 """Python tool code compiled once, not per call.
 
 A Python child serves one call, so each call compiled its tool's source again: for a tool of
-~90 lines that was ~1.6 ms of the call (docs/benchmarks.md, step 36), more than the rest of
-the sandbox's part. Code seen twice in a workspace is compiled once more, by a sandbox child
-of its own that is given the source and nothing else (no input, no context, no ctx link: no
-call's data can reach what it returns), and later calls of that code in that workspace are
+~90 lines that was ~1.6 ms of the call (docs/decisions/106-compiled-code-per-workspace.md), more
+than the rest of the sandbox's part. Code seen twice in a workspace is compiled once more, by a
+sandbox child of its own that is given the source and nothing else (no input, no context, no ctx
+link: no call's data can reach what it returns), and later calls of that code in that workspace are
 sent the compiled code (marshal bytes, base64) beside the source; the child loads it instead
 of compiling, and compiles the source itself when the bytes do not load as the tool's code.
 

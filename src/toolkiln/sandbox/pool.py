@@ -170,13 +170,14 @@ class Template:
         self._exits: dict[tuple[int, int], ExitInfo] = {}
         # Children handed out whose end is to be replaced (``replace_on_exit``): the reader
         # thread asks for the replacement when the template reports the end, so the call's
-        # own thread never wakes the template (docs/benchmarks.md, step 32).
+        # own thread never wakes the template (docs/decisions/100-warm-children-from-a-template.md).
         self._served: set[tuple[int, int]] = set()
         self._handles: dict[tuple[int, int], Handle | None] = {}
         # One lock, and one condition per kind of waiter, so that a child made or ended wakes
         # only those waiting for it: takers (a child ready), the runners waiting for their
         # child's end, and the keeper (a template died). With one condition for all, every
-        # child woke the keeper and every waiting runner twice (docs/benchmarks.md).
+        # child woke the keeper and every waiting runner twice
+        # (docs/decisions/112-pool-wake-ups.md).
         lock = threading.RLock()
         self._cond = threading.Condition(lock)  # a child ready, a template (re)started
         self._exit_cond = threading.Condition(lock)  # a child's end reported
@@ -325,7 +326,7 @@ class Template:
                 return
             self._ready.append(child)
             # One child, one taker: waking every waiting taker for each child (16 under 16
-            # clients) was ~10% of the service's GIL time (docs/benchmarks.md).
+            # clients) was ~10% of the service's GIL time (docs/decisions/112-pool-wake-ups.md).
             self._cond.notify()
 
     def _exited(self, gen: _Generation, msg: dict[str, Any]) -> None:
@@ -409,8 +410,8 @@ class Template:
         With ``cpu_when_taken`` (Python), a child waits, and warms up, outside its slot's CPU
         group, at the warm nice value beside the service's threads; it enters that group
         here, before it is handed out, so no call's code runs outside it. Warming up in
-        its CPU group made sequential calls ~0.3 ms slower at p50 (docs/benchmarks.md,
-        step 57)."""
+        its CPU group made sequential calls ~0.3 ms slower at p50
+        (docs/decisions/105-cpu-group-entered-when-taken.md)."""
         deadline = time.monotonic() + timeout
         while True:
             child = self._take_ready(deadline, replenish, rank)

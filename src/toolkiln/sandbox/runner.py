@@ -28,7 +28,7 @@ from toolkiln.sandbox.uids import NoUidRange, UidRange
 log = logging.getLogger("toolkiln.sandbox")
 # A Python child is made and warmed at this nice value and put back to the service's
 # priority when it is taken for a call: making the next children must not take the core
-# from the call in flight (docs/benchmarks.md).
+# from the call in flight (docs/decisions/100-warm-children-from-a-template.md).
 WARM_NICE = 10
 # How long a run whose channel closed waits for its process's exit status (never past its
 # deadline but for the grace, for an exit reported just after it).
@@ -47,9 +47,9 @@ def needs_asyncio(code: str) -> bool:
     """Whether ``code`` runs in the template that preloaded asyncio: code that says
     ``async`` (``async def``, ``async with``, ``import asyncio``; ``await`` is only valid in
     an ``async def``). Other code runs in the template without it, whose forks are cheaper
-    (docs/benchmarks.md, step 49). The choice is only about speed: code that reaches asyncio
-    without naming it (``__import__``, a package that imports it) still gets it, imported
-    in its call, as any module the template did not preload."""
+    (docs/decisions/104-what-the-python-template-holds.md). The choice is only about speed: code
+    that reaches asyncio without naming it (``__import__``, a package that imports it) still gets
+    it, imported in its call, as any module the template did not preload."""
     return "async" in code
 
 
@@ -198,7 +198,8 @@ class PythonSandbox:
     ) -> tuple[dict[str, Any], dict[str, Any] | None]:
         """Two templates in one uid slot, with disjoint uids: one without asyncio, one with
         it for code that says ``async`` (``needs_asyncio``). With asyncio in every child,
-        a fork and an exit cost more for every tool (docs/benchmarks.md, step 49)."""
+        a fork and an exit cost more for every tool
+        (docs/decisions/104-what-the-python-template-holds.md)."""
         lean_count = int(config["uid_count"]) - ASYNC_UIDS
         lean = {**config, "uid_count": lean_count}
         with_asyncio = {

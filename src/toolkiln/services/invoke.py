@@ -98,7 +98,8 @@ class InvokeService:
                 raise duplicate_call_id()
             agent = tx.agents.get(who.agent_id) if who.agent_id else None
             # The workspace policy a ctx call checks, read here rather than in a read
-            # transaction of its own at the run's first ctx call (step 40).
+            # transaction of its own at the run's first ctx call
+            # (docs/decisions/108-one-read-per-call.md).
             if policy is None:
                 policy = tx.workspaces.policy(tool.workspace_id)
         name = agent.name if agent and agent.workspace_id == tool.workspace_id else None

@@ -316,7 +316,7 @@ class Router:
         call that waited longer (for its workspace's turn, a process, a package, the GIL)
         reads it again. (Until 2026-12-03 the window counted from before the read's
         transaction began, its pool checkout and BEGIN included: on a slow minute calls
-        that never queued read the status twice; docs/benchmarks.md, step 51.)
+        that never queued read the status twice; docs/decisions/108-one-read-per-call.md.)
 
         A run of the same tool that ended here and whose record (the counters: maybe the
         disable) is still being written is waited for first: the process this call got

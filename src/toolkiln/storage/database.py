@@ -102,8 +102,8 @@ def _ping_idle(engine: sa.Engine) -> None:
     then replaces that connection (one more try) and every connection made before it, the
     recently used ones included. ``pool_pre_ping`` pinged at every checkout: two round trips
     of each invocation's ten, ~0.09 ms each on loopback and more over a network
-    (docs/benchmarks.md, step 53). A connection taken again less than ``PING_IDLE_S`` after
-    its checkin is used unpinged; if the server dropped it in that moment (a restart), the
+    (docs/decisions/110-connection-pool.md). A connection taken again less than ``PING_IDLE_S``
+    after its checkin is used unpinged; if the server dropped it in that moment (a restart), the
     statement fails as an outage (503 with Retry-After) and that connection is replaced:
     under load, each pooled connection taken again that fast can cost one such 503 until a
     ping finds the restart (tests/storage/test_prepared.py; the service recovers by itself:
@@ -186,8 +186,8 @@ class Database:
         # The connection used last is handed out first: a SQLite connection keeps its page
         # cache only while no other connection wrote since its last transaction, so a FIFO
         # pool cycling through its idle connections made each invoke's read fetch its pages
-        # again (~20 pread calls a call, 3 with LIFO; docs/benchmarks.md, step 47). The same
-        # order on PostgreSQL (not measured there; idle connections that time out are
+        # again (~20 pread calls a call, 3 with LIFO; docs/decisions/110-connection-pool.md). The
+        # same order on PostgreSQL (not measured there; idle connections that time out are
         # replaced when their ping fails: _ping_idle).
         kwargs: dict[str, Any] = {"pool_use_lifo": True}
         if self.is_sqlite:
@@ -261,10 +261,10 @@ class Database:
 
         ``one_statement=True`` (with ``readonly``) is for a unit that runs a single read
         (the status re-read at a run's admission): on PostgreSQL it runs in autocommit, one
-        round trip instead of three (BEGIN, the statement, COMMIT; docs/benchmarks.md,
-        step 54), which for one statement reads the same (a lone statement is its own
-        transaction, with a snapshot taken when it starts). A second statement in such a
-        unit raises (it would be committed apart from the first). SQLite has no round
+        round trip instead of three (BEGIN, the statement, COMMIT;
+        docs/decisions/108-one-read-per-call.md), which for one statement reads the same (a lone
+        statement is its own transaction, with a snapshot taken when it starts). A second statement
+        in such a unit raises (it would be committed apart from the first). SQLite has no round
         trips to save: a plain read transaction as before, with the same guard."""
         if one_statement and not readonly:
             raise ValueError("one_statement is for a read")

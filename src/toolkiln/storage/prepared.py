@@ -4,9 +4,9 @@
 the statement's cache key, an execution context, a result object, event dispatch. For the
 few statements every call runs (the token and the tool it reads, the counters, the stored
 call and its audit rows it writes) that was more than the database's own work
-(docs/benchmarks.md). A ``Prepared`` statement is compiled by SQLAlchemy once per dialect,
-so its SQL, parameter order, literal values and type conversions are SQLAlchemy's own, and
-then runs on the DBAPI cursor of the connection's transaction, which SQLAlchemy still
+(docs/decisions/109-prepared-statements.md). A ``Prepared`` statement is compiled by SQLAlchemy once
+per dialect, so its SQL, parameter order, literal values and type conversions are SQLAlchemy's own,
+and then runs on the DBAPI cursor of the connection's transaction, which SQLAlchemy still
 begins, commits and pools. The driver's errors are raised as SQLAlchemy's, the way
 ``Connection.execute`` raises them, so ``Database.transaction`` maps them as any other
 (a conflict, an outage, a dropped connection: invalidated, as SQLAlchemy would).

@@ -80,9 +80,9 @@ _FALLBACK = "toolkiln.invoke.fallback"
 class FastInvoke(Route):
     """``POST /v1/custom-tools/{tool_id}/invoke`` for a body that is valid, without FastAPI's
     request handling (routing through the included routers, dependency solving, parameter
-    validation): the route every tool call takes (docs/benchmarks.md). The body is parsed and
-    validated as FastAPI does it (``json.loads``, then the same model); anything else (not
-    JSON, invalid, no body) goes to FastAPI's own route above, whose answers (its 422s) are
+    validation): the route every tool call takes (docs/decisions/111-invoke-route.md). The body is
+    parsed and validated as FastAPI does it (``json.loads``, then the same model); anything else
+    (not JSON, invalid, no body) goes to FastAPI's own route above, whose answers (its 422s) are
     the document's. Errors of the call itself reach the app's exception handlers as from any
     route. Mounted first by ``create_app``."""
 

@@ -1,4 +1,5 @@
-/* The template's loop between two children, in C (docs/benchmarks.md, step 45).
+/* The template's loop between two children, in C
+ * (docs/decisions/102-template-loop-and-jail-in-c.md).
  *
  * Every page the template writes while its children share it is copied (copy-on-write):
  * the template's Python, run between two forks, wrote ~110 pages per call (measured), and
@@ -239,9 +240,10 @@ static PyObject *spawn(void) {
         /* libc's fork without CPython's own work around it (os.fork's PyOS_BeforeFork and
          * PyOS_AfterFork_Child, with the after-fork hooks modules registered). That work
          * re-makes the state of other threads and of locks they might hold: threading's
-         * hook alone touched ~110 pages of a new child, ~0.2 ms of CPU (docs/benchmarks.md).
-         * The template has one thread and holds no lock here. The one hook a child needs is
-         * random's: it reseeds (template.py), or every child would draw the same numbers. */
+         * hook alone touched ~110 pages of a new child, ~0.2 ms of CPU
+         * (docs/decisions/101-fewer-pages-written-per-child.md). The template has one thread and
+         * holds no lock here. The one hook a child needs is random's: it reseeds (template.py), or
+         * every child would draw the same numbers. */
         pid = fork();
     }
     if (pid < 0) {

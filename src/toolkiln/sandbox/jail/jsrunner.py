@@ -119,7 +119,7 @@ SETUP = """(listedJson, entries) => {
   // A ctx call is queued with a promise of its answer; the worker takes the queue after the
   // call's entry and after each answer (__tk_take), makes the calls and answers each
   // (__tk_answer), until none is left: no host callback is wrapped into the isolate
-  // (docs/benchmarks.md, step 38).
+  // (docs/decisions/115-javascript-ctx-queue.md).
   const queue = [], waiting = new Map();
   let last = 0;
   const encode = (input) => stringify(input === undefined ? null : input);
@@ -351,7 +351,8 @@ class Fresh:
             mr.set_hard_memory_limit(heap_bytes)
             # One script: the prelude and SETUP. No host callback is wrapped: a ctx call waits
             # in the isolate's queue until ``answer_all`` takes it (wrapping one cost ~0.5 ms
-            # of the worker's CPU per isolate, so per call: docs/benchmarks.md, step 38).
+            # of the worker's CPU per isolate, so per call:
+            # docs/decisions/115-javascript-ctx-queue.md).
             mr.eval(_setup_script(log_cap, tuple(listed)))
         except BaseException:
             await fresh.close()
@@ -453,7 +454,7 @@ async def _run(fresh: Fresh, req: dict, link) -> tuple[dict, dict | None]:
         # A promise: an async entry, ctx calls in flight, or an error. Resolved once its ctx
         # calls are answered, unless it was rejected or still waits: then awaited, as before
         # (mini-racer's await of a promise cost an async entry ~1 ms of CPU per call:
-        # docs/benchmarks.md, step 39).
+        # docs/decisions/115-javascript-ctx-queue.md).
         queued, logs, text = str(mr.eval("__tk_done()")).split("\n", 2)
         if int(queued):
             fresh.answer_all()
@@ -574,9 +575,9 @@ def _rehearse(cfg: dict, mr_module: object, link_factory, heap, listed, loop, fr
     """A call of the worker's own, on a channel of its own, through the whole path a call
     takes (its request read, an isolate's run, its report sent) before any caller's: a
     fresh worker's first call paid its first touches (copy-on-write of the engine's and the
-    interpreter's pages) and took ~2 ms more than the next ones (docs/benchmarks.md). No tool
-    byte runs; the isolate it used is returned to be closed, and the caller's first call
-    gets a new one."""
+    interpreter's pages) and took ~2 ms more than the next ones
+    (docs/decisions/113-javascript-isolates-made-ahead.md). No tool byte runs; the isolate it used
+    is returned to be closed, and the caller's first call gets a new one."""
     mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     box = [fresh]
     try:

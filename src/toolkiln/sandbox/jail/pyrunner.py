@@ -24,17 +24,19 @@ TOOL_FILE = "<tool>"
 # What a tool usually returns, never awaitable (inspect.isawaitable asks the Awaitable ABC).
 PLAIN = frozenset({dict, list, str, int, float, bool, type(None)})
 # Each preloaded module makes every fork (and exit) dearer: on the reference VM the full
-# stdlib set cost ~1.4 ms of CPU per call more than this one (docs/benchmarks.md). asyncio
-# is preloaded by a second template, for code that names it or says `async` (the host picks,
-# runner.needs_asyncio): importing it per call costs 21-33 ms, and in every child it made
-# forks dearer for the tools that never use it (docs/benchmarks.md, step 49).
+# stdlib set cost ~1.4 ms of CPU per call more than this one
+# (docs/decisions/104-what-the-python-template-holds.md). asyncio is preloaded by a second template,
+# for code that names it or says `async` (the host picks, runner.needs_asyncio): importing it per
+# call costs 21-33 ms, and in every child it made forks dearer for the tools that never use it
+# (docs/decisions/104-what-the-python-template-holds.md).
 PRELOAD = ("datetime", "inspect", "json", "math", "re", "traceback")
 ASYNC_PRELOAD = (*PRELOAD, "asyncio")
 # The finders below are plain classes (``sys.meta_path`` asks only for ``find_spec``):
 # ``importlib.abc``, their base class before, imports ``importlib.resources``, so tempfile,
 # shutil, zlib, bz2 and lzma with their libraries: 25 of the template's 184 mappings and 1.4
 # MB of its anonymous memory, copied by every fork and torn down by every exit, for modules
-# no preload asked for (docs/benchmarks.md, step 48). A tool that imports them still can.
+# no preload asked for (docs/decisions/104-what-the-python-template-holds.md). A tool that imports
+# them still can.
 
 
 class _NoSsl:
@@ -48,9 +50,9 @@ def without_ssl() -> Iterator[None]:
     """Imports without ``ssl``: asyncio takes it if it can (and copes without it). With it,
     OpenSSL's libraries made the Python template 194 mappings and 14.4 MB of anonymous
     memory instead of 179 and 12.4 MB, whose page tables every fork copies and every exit
-    tears down (docs/benchmarks.md, step 37). A sandbox has no network to speak TLS over; a
-    tool that imports ``ssl`` itself still gets it, as any module not preloaded (asyncio's
-    own TLS support stays off in a child: it has no network to use it on)."""
+    tears down (docs/decisions/104-what-the-python-template-holds.md). A sandbox has no network to
+    speak TLS over; a tool that imports ``ssl`` itself still gets it, as any module not preloaded
+    (asyncio's own TLS support stays off in a child: it has no network to use it on)."""
     finder = _NoSsl()
     sys.meta_path.insert(0, finder)
     try:
@@ -314,10 +316,10 @@ _RUNNER: Any = None
 def _prepare_loop() -> None:
     """Make the event loop an async tool's call will run on before the request comes: a new
     loop in a fresh fork was ~0.9 ms of the ~1.6 ms ``asyncio.run`` took on a call's path
-    (docs/benchmarks.md, step 50). The loop, its epoll descriptor and its self-pipe are this
-    child's own, made after the fork, and the child serves one call: nothing is shared with
-    any other call. Only where asyncio is preloaded (any other child would import it). A
-    warm-up run on it as well cost more CPU than it saved (step 50). The loop is not made
+    (docs/decisions/104-what-the-python-template-holds.md). The loop, its epoll descriptor and its
+    self-pipe are this child's own, made after the fork, and the child serves one call: nothing is
+    shared with any other call. Only where asyncio is preloaded (any other child would import it). A
+    warm-up run on it as well cost more CPU than it saved. The loop is not made
     the current one until the call runs on it, as ``asyncio.run`` does: what the tool's
     module does to ``asyncio.get_event_loop()`` is done to a loop of its own. If it cannot
     be made here, the call makes it (``asyncio.run``)."""
@@ -383,9 +385,10 @@ def _warm_up(link: _Link, finder: PackageFinder) -> None:
     (copy-on-write of everything the interpreter touches) are paid while idle, not per call:
     its request decoded, run and its result frame made as a call's are. It takes the path of
     compiled code (compiled.py), the one most calls take: warming the compiler as well cost
-    every child ~0.1-0.4 ms of CPU (docs/benchmarks.md, step 36) and helped only the first
-    two calls of a code. Decoding and the frame too moved half of the faults a call still
-    took (~60) to here, with no more in all (step 58)."""
+    every child ~0.1-0.4 ms of CPU (docs/decisions/106-compiled-code-per-workspace.md) and helped
+    only the first two calls of a code. Decoding and the frame too moved half of the faults a call
+    still took (~60) to here, with no more in all
+    (docs/decisions/100-warm-children-from-a-template.md)."""
     report = _execute(protocol.decode(_WARM_UP)[0], link, finder)
     report.update(op=protocol.RESULT, run=None, stdout="", stderr="")
     result_frame(report, None, sys.maxsize)
@@ -394,7 +397,8 @@ def _warm_up(link: _Link, finder: PackageFinder) -> None:
 def jail_paths(cfg: dict) -> None:
     """Tool code imports from the standard library and /pkgs only. The template sets this
     once before it forks: a child that cleared the finder cache itself paid ~100
-    copy-on-write page faults freeing it (docs/benchmarks.md); a child only re-checks."""
+    copy-on-write page faults freeing it (docs/decisions/101-fewer-pages-written-per-child.md); a
+    child only re-checks."""
     wanted = [*cfg["stdlib_paths"], "/pkgs"]
     if sys.path != wanted:
         sys.path[:] = wanted
@@ -439,8 +443,9 @@ def _answer(
 # CPython 3.11 quickens a code object once it has started (or jumped back in a loop) 8
 # times, then specialises its instructions as they run: both write into the code object.
 # Short of that in the template, every child did that work on the runner's code again, a
-# copy-on-write fault per page written (docs/benchmarks.md, step 55): 10, 30, 100 and 300
-# rehearsals measured alike (a single one, tried in an earlier session, changed nothing).
+# copy-on-write fault per page written (docs/decisions/103-template-rehearses-the-call-path.md): 10,
+# 30, 100 and 300 rehearsals measured alike (a single one, tried in an earlier session, changed
+# nothing).
 REHEARSALS = 30
 REHEARSAL_WAIT_S = 5.0  # a socket of the rehearsal's own: never a hang at start-up
 

@@ -13,8 +13,8 @@ Then, per child (ahead of any request): fork, drop to a uid of its own, set rlim
 no_new_privs, seccomp; hand the host a pidfd and one end of a socketpair over the control
 socket (SCM_RIGHTS). The host talks to the child directly; the template reaps children and
 reports how each one ended. That loop is C (_spawn.c): the template's Python, run between
-two forks, wrote ~110 pages per call that its children shared, each copied (docs/benchmarks.md,
-step 45).
+two forks, wrote ~110 pages per call that its children shared, each copied
+(docs/decisions/102-template-loop-and-jail-in-c.md).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ import seccomp
 
 # The JavaScript runner (and asyncio with it) is imported by a JavaScript template only:
 # in a Python template it made every fork copy asyncio's modules and libraries whether or
-# not the template's preload asked for them (docs/benchmarks.md, step 49).
+# not the template's preload asked for them (docs/decisions/104-what-the-python-template-holds.md).
 jsrunner: Any = None
 
 NEW_ROOT = "/tmp/toolkiln-root"
@@ -390,10 +390,10 @@ def _start_v8() -> None:
     started engine (its flags, snapshot and ICU data read, libffi's closure pool warmed) and
     makes only its own isolates. Started in each worker instead, it cost ~68 ms of CPU per
     worker (V8 ~40, the warm-up ~28), ~1.4 ms per call at RECYCLE_AFTER calls a worker; a
-    forked worker's first isolate ~9-12 ms, measured outside the jail (docs/benchmarks.md,
-    step 35). Nothing of it runs after the fork but what a worker calls itself:
-    single-threaded V8 leaves no thread behind (a test counts the template's threads), and
-    the isolate of the warm-up is closed."""
+    forked worker's first isolate ~9-12 ms, measured outside the jail
+    (docs/decisions/114-v8-started-in-the-template.md). Nothing of it runs after the fork but what a
+    worker calls itself: single-threaded V8 leaves no thread behind (a test counts the template's
+    threads), and the isolate of the warm-up is closed."""
     _mini_racer.init_mini_racer(flags=("--single-threaded", "--jitless"))  # type: ignore[union-attr]
     jsrunner.preload(_mini_racer)
 
@@ -444,8 +444,9 @@ def main() -> None:
         # What every fork copies: the heap's page-table entries. Made of 2 MiB folios, they
         # are copied in batches (the template's own writes split the huge mappings at once,
         # the folios stay): template tree CPU -0.1 to -0.2 ms per call when it was larger
-        # (step 17). Its heap now holds a whole aligned 2 MiB stretch only when the address
-        # layout puts one there, and calls measure alike without it (docs/benchmarks.md).
+        # (docs/decisions/104-what-the-python-template-holds.md). Its heap now holds a whole aligned
+        # 2 MiB stretch only when the address layout puts one there, and calls measure alike without
+        # it.
         linux.collapse(heap)
     if state["own"] is not None:
         try:
