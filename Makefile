@@ -4,7 +4,8 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-# The view's bundle: npm packages pinned in frontend/package-lock.json, built with esbuild.
+# The view's bundle: npm packages pinned in frontend/package-lock.json, built with esbuild;
+# Biome (pinned there too) formats and lints its sources (`npm run format` in frontend/ fixes).
 WEB := frontend
 WEB_DEPS := $(WEB)/node_modules/.installed
 BUNDLE := src/toolkiln/web/static/app.js
@@ -57,6 +58,7 @@ lint: install
 	$(BIN)/ruff format --check src tests bench examples
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	cd $(WEB) && npm run --silent lint
 
 test: lint browser nginx
 	$(BIN)/pytest -q

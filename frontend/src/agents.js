@@ -1,6 +1,6 @@
 // Agents: which custom tools each agent has, enabled or not, pinned to a version or latest.
 
-import { all, api, ApiError, q } from "./api.js";
+import { ApiError, all, api, q } from "./api.js";
 import { clear, field, h } from "./dom.js";
 import { showProblems } from "./problems.js";
 
@@ -21,10 +21,26 @@ export function agentsPage(main, ctx) {
     "table",
     {},
     h("caption", { text: "Custom tools for this agent" }),
-    h("thead", {}, h("tr", {}, ["Tool", "Status", "Enabled for the agent", "Version"].map((c) => h("th", { scope: "col", text: c })))),
+    h(
+      "thead",
+      {},
+      h(
+        "tr",
+        {},
+        ["Tool", "Status", "Enabled for the agent", "Version"].map((c) => h("th", { scope: "col", text: c })),
+      ),
+    ),
     tbody,
   );
-  clear(main, h("div", { class: "page-head" }, h("h1", { text: "Agents" })), alert, note, createForm, field("Agent", picker), h("div", { class: "scroll" }, table));
+  clear(
+    main,
+    h("div", { class: "page-head" }, h("h1", { text: "Agents" })),
+    alert,
+    note,
+    createForm,
+    field("Agent", picker),
+    h("div", { class: "scroll" }, table),
+  );
 
   let agents = [];
   const drawTools = async () => {
@@ -38,8 +54,16 @@ export function agentsPage(main, ctx) {
     const pins = new Map(enabled.data.map((e) => [e.tool_id, e.version]));
     tools.sort((a, b) => a.name.localeCompare(b.name));
     for (const tool of tools) {
-      const on = h("input", { type: "checkbox", checked: pins.has(tool.id), "aria-label": `Enable ${tool.name} for ${agent.name}` });
-      const pin = h("select", { "aria-label": `Version of ${tool.name} for ${agent.name}` }, h("option", { value: "", text: "latest" }));
+      const on = h("input", {
+        type: "checkbox",
+        checked: pins.has(tool.id),
+        "aria-label": `Enable ${tool.name} for ${agent.name}`,
+      });
+      const pin = h(
+        "select",
+        { "aria-label": `Version of ${tool.name} for ${agent.name}` },
+        h("option", { value: "", text: "latest" }),
+      );
       for (let v = tool.version; v >= 1; v -= 1) pin.append(h("option", { value: String(v), text: `version ${v}` }));
       pin.value = pins.get(tool.id) ? String(pins.get(tool.id)) : "";
       pin.disabled = !pins.has(tool.id);
@@ -64,12 +88,24 @@ export function agentsPage(main, ctx) {
       on.addEventListener("change", apply);
       pin.addEventListener("change", apply);
       const status = tool.enable_globally ? `${tool.status}, enabled globally` : tool.status;
-      tbody.append(h("tr", {}, h("th", { scope: "row" }, h("a", { href: `#/tools/${encodeURIComponent(tool.id)}`, text: tool.name })), h("td", { text: status }), h("td", {}, on), h("td", {}, pin)));
+      tbody.append(
+        h(
+          "tr",
+          {},
+          h("th", { scope: "row" }, h("a", { href: `#/tools/${encodeURIComponent(tool.id)}`, text: tool.name })),
+          h("td", { text: status }),
+          h("td", {}, on),
+          h("td", {}, pin),
+        ),
+      );
     }
   };
   const load = async (select) => {
     agents = await all(`/v1/agents?workspace_id=${q(ctx.workspaceId)}`);
-    clear(picker, agents.map((a) => h("option", { value: a.id, text: a.name })));
+    clear(
+      picker,
+      agents.map((a) => h("option", { value: a.id, text: a.name })),
+    );
     if (select) picker.value = select;
     await drawTools();
   };

@@ -62,7 +62,7 @@ export async function api(method, path, body, { signal, accept } = {}) {
     payload = null;
   }
   if (!res.ok) {
-    const e = (payload && payload.error) || {};
+    const e = payload?.error || {};
     const error = new ApiError(
       res.status,
       typeof e.code === "string" ? e.code : "http_error",

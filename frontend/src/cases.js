@@ -24,9 +24,17 @@ export function caseReport(cases, summary) {
           { class: c.passed ? "case-pass" : "case-fail" },
           h("strong", { text: `${c.passed ? "passed" : "failed"}: ${String(c.name ?? "")}` }),
           mismatches.length
-            ? h("ul", {}, mismatches.map((m) => h("li", { text: `${String(m.field)}: expected ${pretty(m.expected)}, got ${pretty(m.actual)}` })))
+            ? h(
+                "ul",
+                {},
+                mismatches.map((m) =>
+                  h("li", { text: `${String(m.field)}: expected ${pretty(m.expected)}, got ${pretty(m.actual)}` }),
+                ),
+              )
             : null,
-          !c.passed && result.error ? h("p", { text: `${String(result.error.code)}: ${String(result.error.message ?? "")}` }) : null,
+          !c.passed && result.error
+            ? h("p", { text: `${String(result.error.code)}: ${String(result.error.message ?? "")}` })
+            : null,
         );
       }),
     ),

@@ -3,8 +3,8 @@
 
 import { defaultKeymap, history, historyKeymap, indentWithTab } from "@codemirror/commands";
 import { javascript } from "@codemirror/lang-javascript";
-import { bracketMatching, defaultHighlightStyle, indentOnInput, syntaxHighlighting } from "@codemirror/language";
 import { python } from "@codemirror/lang-python";
+import { bracketMatching, defaultHighlightStyle, indentOnInput, syntaxHighlighting } from "@codemirror/language";
 import { lintGutter, setDiagnostics } from "@codemirror/lint";
 import { Compartment, EditorState } from "@codemirror/state";
 import {
@@ -70,7 +70,7 @@ export function createEditor(parent, { doc, language, onChange, describedBy }) {
         const col = Math.min(Math.max((Number(p.column) || 1) - 1, 0), line.length);
         const from = line.from + col;
         const to = Math.min(line.to, from + 1) > from ? from + 1 : Math.max(line.to, from);
-        return { from, to: to < from ? from : to, severity: "error", message: String(p.message) };
+        return { from, to: Math.max(to, from), severity: "error", message: String(p.message) };
       });
       view.dispatch(setDiagnostics(view.state, diagnostics));
     },

@@ -27,7 +27,12 @@ export function toolForm(initial, { onChange } = {}) {
   );
   lang.value = language;
   const schema = t.input_schema || SCHEMA;
-  const parameters = h("textarea", { rows: 8, class: "mono", spellcheck: "false", text: JSON.stringify(schema, null, 2) });
+  const parameters = h("textarea", {
+    rows: 8,
+    class: "mono",
+    spellcheck: "false",
+    text: JSON.stringify(schema, null, 2),
+  });
   const message = h("input", { type: "text", value: t.execution_message_description || "" });
   const timeout = h("input", { type: "number", min: 1, max: 30000, step: 1, value: String(t.timeout_ms || 5000) });
   const global = h("input", { type: "checkbox", checked: Boolean(t.enable_globally) });
@@ -35,17 +40,28 @@ export function toolForm(initial, { onChange } = {}) {
   const callers = t.allowed_callers || ["direct", "code"];
   const direct = h("input", { type: "checkbox", checked: callers.includes("direct") });
   const inCode = h("input", { type: "checkbox", checked: callers.includes("code") });
-  const cases = h("textarea", { rows: 4, class: "mono", spellcheck: "false", text: JSON.stringify(t.test_cases || [], null, 2) });
+  const cases = h("textarea", {
+    rows: 4,
+    class: "mono",
+    spellcheck: "false",
+    text: JSON.stringify(t.test_cases || [], null, 2),
+  });
 
   const codeError = h("p", { class: "field-error", id: "code-error", "aria-live": "polite" });
   const codeHost = h("div", { class: "editor" });
-  const codeField = h("div", { class: "field", "data-field": "code" }, h("span", { class: "label", id: "code-label", text: "Code" }), codeHost, codeError);
+  const codeField = h(
+    "div",
+    { class: "field", "data-field": "code" },
+    h("span", { class: "label", id: "code-label", text: "Code" }),
+    codeHost,
+    codeError,
+  );
   let pristineCode = t.code || TEMPLATES[language];
   const editor = createEditor(codeHost, {
     doc: pristineCode,
     language,
     describedBy: codeError.id,
-    onChange: () => onChange && onChange(),
+    onChange: () => onChange?.(),
   });
   lang.addEventListener("change", () => {
     editor.setLanguage(lang.value);
@@ -56,9 +72,14 @@ export function toolForm(initial, { onChange } = {}) {
     }
   });
   for (const el of [name, description, lang, parameters, message, timeout, global, direct, inCode, cases]) {
-    el.addEventListener(el.tagName === "SELECT" || el.type === "checkbox" ? "change" : "input", () => onChange && onChange());
+    el.addEventListener(el.tagName === "SELECT" || el.type === "checkbox" ? "change" : "input", () => onChange?.());
   }
-  const globalField = h("div", { class: "field check", "data-field": "enable_globally" }, h("label", {}, global, " Enable globally"), h("p", { class: "field-error" }));
+  const globalField = h(
+    "div",
+    { class: "field check", "data-field": "enable_globally" },
+    h("label", {}, global, " Enable globally"),
+    h("p", { class: "field-error" }),
+  );
   const callersField = h(
     "fieldset",
     { class: "field check", "data-field": "allowed_callers" },
@@ -80,7 +101,10 @@ export function toolForm(initial, { onChange } = {}) {
     field("Timeout (ms)", timeout, { name: "timeout_ms" }),
     globalField,
     callersField,
-    field("Test cases", cases, { name: "test_cases", hint: "JSON list of {name, input, expect}; a new version runs them before it is stored" }),
+    field("Test cases", cases, {
+      name: "test_cases",
+      hint: "JSON list of {name, input, expect}; a new version runs them before it is stored",
+    }),
   );
 
   return {

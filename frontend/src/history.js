@@ -31,7 +31,7 @@ function diffView(a, b) {
   return h("pre", { class: "diff", "aria-label": `Changes from version ${a.version} to ${b.version}` }, lines);
 }
 
-export function historySections(initial, ctx) {
+export function historySections(initial, _ctx) {
   let tool = initial;
   const versionsList = h("ul", { class: "versions", "aria-label": "Versions" });
   const from = h("select");
@@ -61,7 +61,12 @@ export function historySections(initial, ctx) {
   const loadVersions = async () => {
     const versions = await all(`/v1/custom-tools/${q(tool.id)}/versions`);
     versions.sort((a, b) => b.version - a.version);
-    clear(versionsList, versions.map((v) => h("li", {}, h("strong", { text: `Version ${v.version}` }), ` · ${when(v.created_at)} · ${v.language}`)));
+    clear(
+      versionsList,
+      versions.map((v) =>
+        h("li", {}, h("strong", { text: `Version ${v.version}` }), ` · ${when(v.created_at)} · ${v.language}`),
+      ),
+    );
     const options = () => versions.map((v) => h("option", { value: String(v.version), text: `version ${v.version}` }));
     const keepFrom = from.value;
     const keepTo = to.value;
@@ -101,19 +106,46 @@ export function historySections(initial, ctx) {
     seen = new Map(rows.map((r) => [r.id, r]));
     const calls = rows.filter((r) => r.event === "tool.invoked").slice(0, 20);
     const shown = rows.slice(0, 50);
-    clear(callsBody, calls.map((r) => {
-      const d = (r.data && typeof r.data === "object") ? r.data : {};
-      return h(
-        "tr",
-        {},
-        h("td", { text: when(r.created_at) }),
-        h("td", { text: String(d.status ?? "") }),
-        h("td", { class: "num", text: d.duration_ms === undefined ? "" : `${d.duration_ms} ms` }),
-        h("td", { text: r.source || "" }),
-        h("td", {}, r.tool_call_id ? h("button", { type: "button", class: "link", onclick: () => showCall(r.tool_call_id), text: "Show result", "aria-label": `Show result of call ${r.tool_call_id}` }) : ""),
-      );
-    }));
-    clear(auditBody, shown.map((r) => h("tr", {}, h("td", { text: when(r.created_at) }), h("td", { text: r.event }), h("td", { text: r.source || "" }), h("td", {}, h("pre", { class: "wrap", text: pretty(r.data) })))));
+    clear(
+      callsBody,
+      calls.map((r) => {
+        const d = r.data && typeof r.data === "object" ? r.data : {};
+        return h(
+          "tr",
+          {},
+          h("td", { text: when(r.created_at) }),
+          h("td", { text: String(d.status ?? "") }),
+          h("td", { class: "num", text: d.duration_ms === undefined ? "" : `${d.duration_ms} ms` }),
+          h("td", { text: r.source || "" }),
+          h(
+            "td",
+            {},
+            r.tool_call_id
+              ? h("button", {
+                  type: "button",
+                  class: "link",
+                  onclick: () => showCall(r.tool_call_id),
+                  text: "Show result",
+                  "aria-label": `Show result of call ${r.tool_call_id}`,
+                })
+              : "",
+          ),
+        );
+      }),
+    );
+    clear(
+      auditBody,
+      shown.map((r) =>
+        h(
+          "tr",
+          {},
+          h("td", { text: when(r.created_at) }),
+          h("td", { text: r.event }),
+          h("td", { text: r.source || "" }),
+          h("td", {}, h("pre", { class: "wrap", text: pretty(r.data) })),
+        ),
+      ),
+    );
   };
 
   const refreshAll = async () => {
@@ -124,7 +156,26 @@ export function historySections(initial, ctx) {
     }
   };
 
-  const table = (caption, cols, tbody) => h("div", { class: "scroll" }, h("table", {}, h("caption", { text: caption }), h("thead", {}, h("tr", {}, cols.map((c) => h("th", { scope: "col", text: c })))), tbody));
+  const table = (caption, cols, tbody) =>
+    h(
+      "div",
+      { class: "scroll" },
+      h(
+        "table",
+        {},
+        h("caption", { text: caption }),
+        h(
+          "thead",
+          {},
+          h(
+            "tr",
+            {},
+            cols.map((c) => h("th", { scope: "col", text: c })),
+          ),
+        ),
+        tbody,
+      ),
+    );
 
   const element = h(
     "div",
@@ -139,14 +190,26 @@ export function historySections(initial, ctx) {
       versionsAlert,
       diffOut,
     ),
-    h("section", { class: "card", "aria-labelledby": "calls-h" }, h("h2", { id: "calls-h", text: "Recent calls" }), table("Recent calls of this tool", ["When", "Status", "Duration", "Source", "Result"], callsBody), callOut),
-    h("section", { class: "card", "aria-labelledby": "audit-h" }, h("h2", { id: "audit-h", text: "Audit" }), table("Audit rows of this tool", ["When", "Event", "Source", "Data"], auditBody)),
+    h(
+      "section",
+      { class: "card", "aria-labelledby": "calls-h" },
+      h("h2", { id: "calls-h", text: "Recent calls" }),
+      table("Recent calls of this tool", ["When", "Status", "Duration", "Source", "Result"], callsBody),
+      callOut,
+    ),
+    h(
+      "section",
+      { class: "card", "aria-labelledby": "audit-h" },
+      h("h2", { id: "audit-h", text: "Audit" }),
+      table("Audit rows of this tool", ["When", "Event", "Source", "Data"], auditBody),
+    ),
   );
   refreshAll();
   return {
     element,
     refresh(next) {
-      const moved = next.version !== tool.version || next.usage_count !== tool.usage_count || next.status !== tool.status;
+      const moved =
+        next.version !== tool.version || next.usage_count !== tool.usage_count || next.status !== tool.status;
       tool = next;
       if (moved) refreshAll();
     },

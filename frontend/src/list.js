@@ -22,14 +22,27 @@ function row(tool) {
 }
 
 function fill(tr, tool) {
-  const stamp = JSON.stringify([tool.name, tool.status, tool.disabled_reason, tool.usage_count, tool.failure_count, tool.last_error, tool.version, tool.language]);
+  const stamp = JSON.stringify([
+    tool.name,
+    tool.status,
+    tool.disabled_reason,
+    tool.usage_count,
+    tool.failure_count,
+    tool.last_error,
+    tool.version,
+    tool.language,
+  ]);
   if (tr.dataset.stamp === stamp) return;
   tr.dataset.stamp = stamp;
   tr.classList.toggle("is-disabled", tool.status === "disabled");
   clear(
     tr,
     // The name is a cell like the others (CONTRACT 10: the row's cells show the name, ...).
-    h("td", { role: "cell", "data-label": "Name", class: "name" }, h("a", { href: `#/tools/${encodeURIComponent(tool.id)}`, text: tool.name })),
+    h(
+      "td",
+      { role: "cell", "data-label": "Name", class: "name" },
+      h("a", { href: `#/tools/${encodeURIComponent(tool.id)}`, text: tool.name }),
+    ),
     h("td", { role: "cell", "data-label": "Status" }, statusCell(tool)),
     h("td", { role: "cell", "data-label": "Uses", class: "num", text: String(tool.usage_count) }),
     h("td", { role: "cell", "data-label": "Failures", class: "num", text: String(tool.failure_count) }),
@@ -61,16 +74,29 @@ export function listPage(main, ctx) {
     h(
       "thead",
       { role: "rowgroup" },
-      h("tr", { role: "row" }, ["Name", "Status", "Uses", "Failures", "Last error", "Version", "Language"].map((c) => h("th", { scope: "col", role: "columnheader", text: c }))),
+      h(
+        "tr",
+        { role: "row" },
+        ["Name", "Status", "Uses", "Failures", "Last error", "Version", "Language"].map((c) =>
+          h("th", { scope: "col", role: "columnheader", text: c }),
+        ),
+      ),
     ),
     tbody,
   );
   clear(
     main,
-    h("div", { class: "page-head" }, h("h1", { text: "Custom tools" }), h("div", { class: "actions" },
-      h("button", { type: "button", onclick: () => ctx.navigate("#/new/python"), text: "New tool" }),
-      h("button", { type: "button", onclick: () => ctx.navigate("#/generate"), text: "Generate" }),
-    )),
+    h(
+      "div",
+      { class: "page-head" },
+      h("h1", { text: "Custom tools" }),
+      h(
+        "div",
+        { class: "actions" },
+        h("button", { type: "button", onclick: () => ctx.navigate("#/new/python"), text: "New tool" }),
+        h("button", { type: "button", onclick: () => ctx.navigate("#/generate"), text: "Generate" }),
+      ),
+    ),
     h("div", { class: "filters" }, field("Filter by name", nameFilter), field("Status", statusFilter)),
     alert,
     note,

@@ -2,7 +2,7 @@
 // lives in this tab's sessionStorage only; it is sent as a bearer header, never in a URL.
 
 import { agentsPage } from "./agents.js";
-import { api, ApiError, session } from "./api.js";
+import { ApiError, api, session } from "./api.js";
 import { clear, field, h } from "./dom.js";
 import { listPage } from "./list.js";
 import { toolPage } from "./tool.js";
@@ -36,7 +36,14 @@ function signInPage(message) {
   clear(nav);
   // A text field (role textbox) whose characters are masked: not type=password, so browsers do
   // not offer to store the token, and it is found as a textbox named "Token".
-  const input = h("input", { type: "text", class: "secret", autocomplete: "off", autocapitalize: "off", spellcheck: "false", required: true });
+  const input = h("input", {
+    type: "text",
+    class: "secret",
+    autocomplete: "off",
+    autocapitalize: "off",
+    spellcheck: "false",
+    required: true,
+  });
   const alert = h("p", { class: "form-alert", role: "alert", text: message || "" });
   const button = h("button", { type: "submit", class: "primary", text: "Sign in" });
   const form = h(
@@ -80,7 +87,11 @@ async function start() {
 }
 
 function drawNav() {
-  const picker = h("select", {}, ctx.workspaces.map((w) => h("option", { value: w.id, text: w.name })));
+  const picker = h(
+    "select",
+    {},
+    ctx.workspaces.map((w) => h("option", { value: w.id, text: w.name })),
+  );
   picker.value = ctx.workspaceId;
   picker.addEventListener("change", () => {
     ctx.workspaceId = picker.value;
@@ -91,7 +102,9 @@ function drawNav() {
     nav,
     h("a", { href: "#/", text: "Tools" }),
     h("a", { href: "#/agents", text: "Agents" }),
-    ctx.workspaces.length > 1 ? h("label", { class: "inline" }, "Workspace ", picker) : h("span", { class: "ws", text: ctx.workspaces[0].name }),
+    ctx.workspaces.length > 1
+      ? h("label", { class: "inline" }, "Workspace ", picker)
+      : h("span", { class: "ws", text: ctx.workspaces[0].name }),
     h("button", { type: "button", class: "link", onclick: () => session.signOut(), text: "Sign out" }),
   );
 }
@@ -114,7 +127,8 @@ function route() {
   };
   const parts = hash.split("/").filter(Boolean).map(decode);
   if (parts[0] === "tools" && parts[1]) stop = toolPage(main, ctx, { toolId: parts[1] });
-  else if (parts[0] === "new") stop = toolPage(main, ctx, { language: parts[1] === "javascript" ? "javascript" : "python" });
+  else if (parts[0] === "new")
+    stop = toolPage(main, ctx, { language: parts[1] === "javascript" ? "javascript" : "python" });
   else if (parts[0] === "generate") stop = toolPage(main, ctx, { generate: true });
   else if (parts[0] === "agents") stop = agentsPage(main, ctx);
   else stop = listPage(main, ctx);

@@ -10,7 +10,7 @@ export function clearProblems(root) {
 }
 
 export function problemsOf(error) {
-  const details = error && error.details;
+  const details = error?.details;
   if (!Array.isArray(details)) return [];
   return details.filter((p) => p && typeof p === "object" && typeof p.message === "string");
 }

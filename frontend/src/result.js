@@ -22,8 +22,26 @@ export function renderView(render) {
         h(
           "table",
           { class: "render-table" },
-          h("thead", {}, h("tr", {}, cols.map((c) => h("th", { scope: "col", text: cellText(c) })))),
-          h("tbody", {}, rows.map((r) => h("tr", {}, (Array.isArray(r) ? r : [r]).map((c) => h("td", { text: cellText(c) }))))),
+          h(
+            "thead",
+            {},
+            h(
+              "tr",
+              {},
+              cols.map((c) => h("th", { scope: "col", text: cellText(c) })),
+            ),
+          ),
+          h(
+            "tbody",
+            {},
+            rows.map((r) =>
+              h(
+                "tr",
+                {},
+                (Array.isArray(r) ? r : [r]).map((c) => h("td", { text: cellText(c) })),
+              ),
+            ),
+          ),
         ),
       );
     }
@@ -61,11 +79,24 @@ export function interactiveView(ui) {
   const parts = [];
   if (ui.prompt) parts.push(h("p", { text: cellText(ui.prompt) }));
   if (ui.type === "buttons" && Array.isArray(ui.buttons)) {
-    parts.push(h("ul", { class: "chips" }, ui.buttons.map((b) => h("li", { text: `${cellText(b && b.label)} — ${actionText(b && b.action)}` }))));
+    parts.push(
+      h(
+        "ul",
+        { class: "chips" },
+        ui.buttons.map((b) => h("li", { text: `${cellText(b?.label)} — ${actionText(b?.action)}` })),
+      ),
+    );
   } else if (ui.type === "form") {
     const fields = Array.isArray(ui.fields) ? ui.fields : [];
-    parts.push(h("ul", { class: "chips" }, fields.map((f) => h("li", { text: cellText(f && (f.label || f.name)) }))));
-    if (ui.submit) parts.push(h("p", { text: `submit: ${cellText(ui.submit.label)} — ${actionText(ui.submit.action)}` }));
+    parts.push(
+      h(
+        "ul",
+        { class: "chips" },
+        fields.map((f) => h("li", { text: cellText(f && (f.label || f.name)) })),
+      ),
+    );
+    if (ui.submit)
+      parts.push(h("p", { text: `submit: ${cellText(ui.submit.label)} — ${actionText(ui.submit.action)}` }));
   } else parts.push(h("pre", { text: pretty(ui) }));
   return h("div", { class: "interactive" }, parts);
 }
@@ -87,11 +118,26 @@ function logsView(logs) {
 export function resultView(result) {
   const r = result || {};
   const rows = [
-    ["Status", h("span", { class: `status status-${r.status === "ok" ? "ok" : "error"}`, "data-testid": "result-status", text: String(r.status) })],
+    [
+      "Status",
+      h("span", {
+        class: `status status-${r.status === "ok" ? "ok" : "error"}`,
+        "data-testid": "result-status",
+        text: String(r.status),
+      }),
+    ],
     ["Message", h("pre", { class: "wrap", "data-testid": "result-message", text: r.message ?? "" })],
   ];
   if (r.error) {
-    rows.push(["Error", h("div", {}, h("p", { text: `${cellText(r.error.code)}: ${cellText(r.error.message)}` }), r.error.details == null ? null : h("pre", { text: pretty(r.error.details) }))]);
+    rows.push([
+      "Error",
+      h(
+        "div",
+        {},
+        h("p", { text: `${cellText(r.error.code)}: ${cellText(r.error.message)}` }),
+        r.error.details == null ? null : h("pre", { text: pretty(r.error.details) }),
+      ),
+    ]);
   }
   rows.push(
     ["Raw data", h("pre", { text: pretty(r.raw_data ?? null) })],
@@ -103,5 +149,9 @@ export function resultView(result) {
     ["ctx calls", String(r.ctx_calls ?? 0)],
   );
   if (r.tool_call_id) rows.push(["Call id", h("code", { text: r.tool_call_id })]);
-  return h("dl", { class: "result" }, rows.map(([k, v]) => [h("dt", { text: k }), h("dd", {}, v)]));
+  return h(
+    "dl",
+    { class: "result" },
+    rows.map(([k, v]) => [h("dt", { text: k }), h("dd", {}, v)]),
+  );
 }

@@ -24,19 +24,23 @@ function control(kind, spec, value) {
   if (kind === "boolean") return h("input", { type: "checkbox", checked: value === true });
   if (kind === "enum") {
     const select = h("select", {}, h("option", { value: "", text: "(not set)" }));
-    spec.enum.forEach((opt, i) => select.append(h("option", { value: String(i), text: JSON.stringify(opt) })));
+    select.append(...spec.enum.map((opt, i) => h("option", { value: String(i), text: JSON.stringify(opt) })));
     const at = spec.enum.findIndex((opt) => JSON.stringify(opt) === JSON.stringify(value));
     select.value = at >= 0 ? String(at) : "";
     return select;
   }
   if (kind === "number" || kind === "integer") {
-    return h("input", { type: "number", step: kind === "integer" ? 1 : "any", value: typeof value === "number" ? String(value) : "" });
+    return h("input", {
+      type: "number",
+      step: kind === "integer" ? 1 : "any",
+      value: typeof value === "number" ? String(value) : "",
+    });
   }
   if (kind === "string") return h("input", { type: "text", value: typeof value === "string" ? value : "" });
   return h("textarea", { rows: 2, class: "mono", text: value === undefined ? "" : JSON.stringify(value) });
 }
 
-function valueOf(kind, spec, el) {
+function readControl(kind, spec, el) {
   if (kind === "boolean") return el.checked;
   if (kind === "enum") return el.value === "" ? undefined : spec.enum[Number(el.value)];
   if (kind === "number" || kind === "integer") return el.value === "" ? undefined : Number(el.value);
@@ -49,7 +53,7 @@ function valueOf(kind, spec, el) {
 export function schemaForm(schema, input) {
   const box = h("fieldset", { class: "schema-form" }, h("legend", { text: "Values from the schema" }));
   const props = (schema && typeof schema === "object" && schema.properties) || {};
-  const required = new Set(Array.isArray(schema && schema.required) ? schema.required : []);
+  const required = new Set(Array.isArray(schema?.required) ? schema.required : []);
   const current = readInput(input);
   const entries = Object.entries(props);
   if (!entries.length) box.append(h("p", { text: "The schema has no properties." }));
@@ -61,7 +65,7 @@ export function schemaForm(schema, input) {
     const sync = () => {
       const next = readInput(input);
       try {
-        const v = valueOf(kind, spec, el);
+        const v = readControl(kind, spec, el);
         if (v === undefined) delete next[key];
         else next[key] = v;
         error.textContent = "";
@@ -73,7 +77,8 @@ export function schemaForm(schema, input) {
     };
     el.addEventListener(kind === "boolean" || kind === "enum" ? "change" : "input", sync);
     const label = `${key} (${kind === "json" ? "JSON" : kind}${required.has(key) ? ", required" : ""})`;
-    const desc = spec && typeof spec.description === "string" ? h("p", { class: "hint", text: spec.description }) : null;
+    const desc =
+      spec && typeof spec.description === "string" ? h("p", { class: "hint", text: spec.description }) : null;
     box.append(
       kind === "boolean"
         ? h("div", { class: "field check" }, h("label", { for: el.id }, el, ` ${label}`), desc, error)
@@ -99,7 +104,10 @@ export function schemaFormToggle(getSchema, input, host) {
     } catch {
       schema = null;
     }
-    clear(host, schema ? schemaForm(schema, input) : h("p", { class: "form-alert", text: "Parameters is not valid JSON." }));
+    clear(
+      host,
+      schema ? schemaForm(schema, input) : h("p", { class: "form-alert", text: "Parameters is not valid JSON." }),
+    );
   });
   return button;
 }

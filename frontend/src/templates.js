@@ -10,6 +10,7 @@ export const TEMPLATES = {
   javascript: [
     "async function main(params) {",
     '  const name = params.name ?? "world";',
+    // biome-ignore lint/suspicious/noTemplateCurlyInString: this string is the template's JavaScript source
     "  return { message: `Hello, ${name}!`, rawData: { name } };",
     "}",
     "",

@@ -1,7 +1,7 @@
 // A tool's page (and the new-tool page): the form, Save, Test, Enable/Disable/Delete, and
 // below it the versions, recent calls and audit rows.
 
-import { api, ApiError, q } from "./api.js";
+import { ApiError, api, q } from "./api.js";
 import { caseReport, isCaseReport } from "./cases.js";
 import { clear, field, h, pretty } from "./dom.js";
 import { toolForm } from "./form.js";
@@ -18,10 +18,15 @@ const VALIDATE_DELAY_MS = 600;
 function statusLine(tool) {
   const parts = [
     h("span", { class: `status status-${tool.status}`, "data-testid": "tool-status", text: tool.status }),
-    tool.status === "disabled" && tool.disabled_reason ? h("span", { class: "reason", text: ` — ${tool.disabled_reason}` }) : null,
-    h("span", { text: ` · version ${tool.version} · used ${tool.usage_count} times · ${tool.failure_count} consecutive failures` }),
+    tool.status === "disabled" && tool.disabled_reason
+      ? h("span", { class: "reason", text: ` — ${tool.disabled_reason}` })
+      : null,
+    h("span", {
+      text: ` · version ${tool.version} · used ${tool.usage_count} times · ${tool.failure_count} consecutive failures`,
+    }),
   ];
-  if (tool.last_error) parts.push(h("p", { class: "last-error" }, h("strong", { text: "Last error: " }), tool.last_error));
+  if (tool.last_error)
+    parts.push(h("p", { class: "last-error" }, h("strong", { text: "Last error: " }), tool.last_error));
   return parts;
 }
 
@@ -64,20 +69,37 @@ export function toolPage(main, ctx, { toolId, language, generate }) {
     drawnStatus = tool.status;
     const buttons = [];
     if (tool.status === "disabled") {
-      buttons.push(h("button", { type: "button", onclick: () => act(async () => setTool((await api("POST", `/v1/custom-tools/${q(tool.id)}/enable`)).data, "Enabled.")), text: "Enable" }));
+      buttons.push(
+        h("button", {
+          type: "button",
+          onclick: () =>
+            act(async () => setTool((await api("POST", `/v1/custom-tools/${q(tool.id)}/enable`)).data, "Enabled.")),
+          text: "Enable",
+        }),
+      );
     } else {
-      buttons.push(h("button", { type: "button", onclick: () => act(async () => setTool((await api("POST", `/v1/custom-tools/${q(tool.id)}/disable`, {})).data, "Disabled.")), text: "Disable" }));
+      buttons.push(
+        h("button", {
+          type: "button",
+          onclick: () =>
+            act(async () =>
+              setTool((await api("POST", `/v1/custom-tools/${q(tool.id)}/disable`, {})).data, "Disabled."),
+            ),
+          text: "Disable",
+        }),
+      );
     }
     buttons.push(
       h("button", {
         type: "button",
         class: "danger",
-        onclick: () => act(async () => {
-          if (!window.confirm(`Delete the tool ${tool.name}? Its versions go with it.`)) return;
-          await api("DELETE", `/v1/custom-tools/${q(tool.id)}`);
-          ctx.flash(`Deleted ${tool.name}.`);
-          ctx.navigate("#/");
-        }),
+        onclick: () =>
+          act(async () => {
+            if (!window.confirm(`Delete the tool ${tool.name}? Its versions go with it.`)) return;
+            await api("DELETE", `/v1/custom-tools/${q(tool.id)}`);
+            ctx.flash(`Deleted ${tool.name}.`);
+            ctx.navigate("#/");
+          }),
         text: "Delete",
       }),
     );
@@ -202,13 +224,21 @@ export function toolPage(main, ctx, { toolId, language, generate }) {
     try {
       value = JSON.parse(input.value || "{}");
     } catch (err) {
-      showProblems(testBox, { details: [{ field: "input", message: `is not valid JSON: ${err.message}` }] }, { message: false });
+      showProblems(
+        testBox,
+        { details: [{ field: "input", message: `is not valid JSON: ${err.message}` }] },
+        { message: false },
+      );
       return;
     }
     showProblems(testBox, { details: [] }, { message: false });
     clear(output, h("p", { text: "Running…" }));
     try {
-      const res = await api("POST", "/v1/custom-tools/test", { ...payload, workspace_id: ctx.workspaceId, input: value });
+      const res = await api("POST", "/v1/custom-tools/test", {
+        ...payload,
+        workspace_id: ctx.workspaceId,
+        input: value,
+      });
       clear(output, resultView(res.data));
     } catch (err) {
       if (!(err instanceof ApiError)) throw err;
@@ -221,13 +251,13 @@ export function toolPage(main, ctx, { toolId, language, generate }) {
 
   const build = (initial) => {
     form = toolForm(initial, { onChange: changed });
-    formVersion = initial && initial.id ? initial.version : null;
+    formVersion = initial?.id ? initial.version : null;
     const saveButton = h("button", { type: "submit", class: "primary", text: "Save" });
     const buttons = [saveButton];
     // "Run cases", not "Run tests": no other button's name may contain "Test" (CONTRACT 10).
-    if (initial && initial.id) buttons.push(h("button", { type: "button", onclick: runCases, text: "Run cases" }));
+    if (initial?.id) buttons.push(h("button", { type: "button", onclick: runCases, text: "Run cases" }));
     clear(formBox, form.element, h("div", { class: "actions" }, buttons), reports);
-    input.value = JSON.stringify(sampleInput(initial && initial.input_schema), null, 2);
+    input.value = JSON.stringify(sampleInput(initial?.input_schema), null, 2);
     clear(
       testBox,
       h("h2", { id: "test-h", text: "Test run" }),
@@ -258,7 +288,7 @@ export function toolPage(main, ctx, { toolId, language, generate }) {
       parts.push(wiz.element);
     }
     parts.push(formBox, testBox);
-    if (initial && initial.id) {
+    if (initial?.id) {
       history = historySections(initial, ctx);
       parts.push(history.element);
     }
@@ -271,22 +301,31 @@ export function toolPage(main, ctx, { toolId, language, generate }) {
         tool = res.data;
         build(tool);
         setTool(tool, ctx.takeFlash());
-        stops.push(poll(async () => {
-          try {
-            const fresh = (await api("GET", `/v1/custom-tools/${q(tool.id)}`)).data;
-            if (JSON.stringify(fresh) !== JSON.stringify(tool)) setTool(fresh);
-          } catch (err) {
-            if (err instanceof ApiError && err.status === 404) alert.textContent = err.message;
-            throw err;
-          }
-        }, 1500));
+        stops.push(
+          poll(async () => {
+            try {
+              const fresh = (await api("GET", `/v1/custom-tools/${q(tool.id)}`)).data;
+              if (JSON.stringify(fresh) !== JSON.stringify(tool)) setTool(fresh);
+            } catch (err) {
+              if (err instanceof ApiError && err.status === 404) alert.textContent = err.message;
+              throw err;
+            }
+          }, 1500),
+        );
       })
       .catch((err) => {
-        clear(main, h("h1", { text: "Tool" }), h("p", { class: "form-alert", role: "alert", text: err.message }), h("a", { href: "#/", text: "All tools" }));
+        clear(
+          main,
+          h("h1", { text: "Tool" }),
+          h("p", { class: "form-alert", role: "alert", text: err.message }),
+          h("a", { href: "#/", text: "All tools" }),
+        );
       });
   } else {
     setHead();
     build({ language: language || "python" });
   }
-  return () => stops.forEach((s) => s());
+  return () => {
+    for (const s of stops) s();
+  };
 }

@@ -1,7 +1,7 @@
 // The AI-assisted wizard: describe the tool, POST /v1/custom-tools/generate (progress as
 // server-sent events when the service streams them), the draft filled into the form.
 
-import { api, ApiError, session } from "./api.js";
+import { ApiError, api, session } from "./api.js";
 import { clear, field, h, pretty } from "./dom.js";
 import { resultView } from "./result.js";
 
@@ -22,8 +22,7 @@ async function* events(response) {
     const { value, done } = await reader.read();
     if (done) break;
     buffer += decoder.decode(value, { stream: true });
-    let cut;
-    while ((cut = buffer.search(/\r?\n\r?\n/)) >= 0) {
+    for (let cut = buffer.search(/\r?\n\r?\n/); cut >= 0; cut = buffer.search(/\r?\n\r?\n/)) {
       const block = buffer.slice(0, cut);
       buffer = buffer.slice(cut).replace(/^\r?\n\r?\n/, "");
       let event = "message";
@@ -75,7 +74,10 @@ export function wizard({ language, workspaceId, onDraft }) {
     "section",
     { class: "card wizard", "aria-labelledby": "wizard-h" },
     h("h2", { id: "wizard-h", text: "Generate a tool" }),
-    field("Describe the tool", describe, { name: "description", hint: "What it takes and what it answers, in plain words." }),
+    field("Describe the tool", describe, {
+      name: "description",
+      hint: "What it takes and what it answers, in plain words.",
+    }),
     h("div", { class: "actions" }, button),
     alert,
     log,
@@ -87,7 +89,13 @@ export function wizard({ language, workspaceId, onDraft }) {
     onDraft(draft);
     note("Draft ready.");
     const list = Array.isArray(draft.examples) ? draft.examples : [];
-    clear(examples, list.length ? h("h3", { text: "Examples the draft was run on" }) : null, list.map((ex) => h("div", { class: "example" }, h("pre", { text: `input: ${pretty(ex.input)}` }), resultView(ex.result))));
+    clear(
+      examples,
+      list.length ? h("h3", { text: "Examples the draft was run on" }) : null,
+      list.map((ex) =>
+        h("div", { class: "example" }, h("pre", { text: `input: ${pretty(ex.input)}` }), resultView(ex.result)),
+      ),
+    );
   };
   const generate = async (signal) => {
     const body = { workspace_id: workspaceId, description: describe.value, language: language() };
@@ -99,12 +107,12 @@ export function wizard({ language, workspaceId, onDraft }) {
     }
     for await (const { event, data } of events(res)) {
       if (event === "draft") {
-        done(data && data.data ? data.data : data);
+        done(data?.data ? data.data : data);
         return;
       }
       note(progressText(event, data));
       if (event === "error") {
-        alert.textContent = (data && data.message) || "The generator failed.";
+        alert.textContent = data?.message || "The generator failed.";
         return;
       }
     }
@@ -132,7 +140,7 @@ export function wizard({ language, workspaceId, onDraft }) {
     } catch (err) {
       if (controller.signal.aborted) return; // stopped on purpose
       if (!(err instanceof ApiError)) {
-        lost(err && err.message); // the stream broke while it was read
+        lost(err?.message); // the stream broke while it was read
         return;
       }
       alert.textContent = explain(err);
