@@ -48,6 +48,13 @@ def test_the_page_has_a_strict_policy_and_a_fresh_style_nonce() -> None:
     assert re.findall(r"<script[^>]*>", first.text) == ['<script defer src="/ui/assets/app.js">']
 
 
+def test_the_root_redirects_to_the_view() -> None:
+    res = client_for().get("/", follow_redirects=False)
+    assert res.status_code == 307
+    assert res.headers["location"] == "/ui"
+    assert res.headers["x-content-type-options"] == "nosniff"
+
+
 def test_assets_are_served_by_name_only() -> None:
     client = client_for()
     js = client.get("/ui/assets/app.js")

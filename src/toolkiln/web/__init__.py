@@ -11,7 +11,13 @@ import secrets
 from pathlib import Path
 
 from fastapi import FastAPI
-from fastapi.responses import FileResponse, HTMLResponse, PlainTextResponse, Response
+from fastapi.responses import (
+    FileResponse,
+    HTMLResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+)
 
 STATIC = Path(__file__).resolve().parent / "static"
 
@@ -57,7 +63,8 @@ NOT_BUILT = (
 
 
 def mount(app: FastAPI, static: Path = STATIC) -> None:
-    """Add ``GET /ui`` and ``GET /ui/assets/{name}`` to the app (not in the OpenAPI document)."""
+    """Add ``GET /ui``, ``GET /ui/assets/{name}`` and ``GET /`` (a redirect to the view) to the
+    app, none of them in the OpenAPI document."""
 
     template = (static / "index.html").read_text(encoding="utf-8")
 
@@ -76,6 +83,10 @@ def mount(app: FastAPI, static: Path = STATIC) -> None:
             return PlainTextResponse("Not found.", status_code=404, headers=HEADERS)
         return FileResponse(path, media_type=kind, headers=HEADERS)
 
+    def home() -> Response:
+        return RedirectResponse("/ui", status_code=307, headers=HEADERS)
+
+    app.add_api_route("/", home, methods=["GET"], include_in_schema=False)
     app.add_api_route("/ui", page, methods=["GET"], include_in_schema=False)
     app.add_api_route("/ui/", page, methods=["GET"], include_in_schema=False)
     app.add_api_route("/ui/assets/{name}", asset, methods=["GET"], include_in_schema=False)
