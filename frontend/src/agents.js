@@ -2,6 +2,7 @@
 
 import { ApiError, all, api, q } from "./api.js";
 import { clear, field, h } from "./dom.js";
+import { paged, serviceLimits } from "./limits.js";
 import { showProblems } from "./problems.js";
 
 export function agentsPage(main, ctx) {
@@ -48,7 +49,7 @@ export function agentsPage(main, ctx) {
     const agent = agents.find((a) => a.id === picker.value);
     if (!agent) return;
     const [tools, enabled] = await Promise.all([
-      all(`/v1/custom-tools?workspace_id=${q(ctx.workspaceId)}&limit=500`),
+      serviceLimits().then((limits) => all(paged(`/v1/custom-tools?workspace_id=${q(ctx.workspaceId)}`, limits))),
       api("GET", `/v1/agents/${q(agent.id)}/custom-tools`),
     ]);
     const pins = new Map(enabled.data.map((e) => [e.tool_id, e.version]));

@@ -30,13 +30,18 @@ export function clear(el, ...children) {
   return put(el, children);
 }
 
+// A titled section of a page: a card named by its heading (a landmark region of that name).
+export function section(id, title, ...children) {
+  return h("section", { class: "card", "aria-labelledby": id }, h("h2", { id, text: title }), ...children);
+}
+
 let ids = 0;
 export function uid(prefix) {
   ids += 1;
   return `${prefix}-${ids}`;
 }
 
-// A labelled control with a slot for the API's message about that field.
+// A labelled control with a slot for the API's message about that field; hint: text or a node.
 export function field(label, control, { name, hint } = {}) {
   const id = control.id || uid("f");
   control.id = id;
@@ -44,13 +49,24 @@ export function field(label, control, { name, hint } = {}) {
   const described = [error.id];
   let hintEl = null;
   if (hint) {
-    hintEl = h("p", { class: "hint", id: `${id}-hint`, text: hint });
+    hintEl = h("p", { class: "hint", id: `${id}-hint` }, hint);
     described.push(hintEl.id);
   }
   control.setAttribute("aria-describedby", described.join(" "));
   const wrap = h("div", { class: "field" }, h("label", { for: id, text: label }), hintEl, control, error);
   if (name) wrap.dataset.field = name;
   return wrap;
+}
+
+// The page's status line: news in green, a summary of problems in the error colour.
+export function say(el, text, { problem = false } = {}) {
+  el.textContent = text || "";
+  el.classList.toggle("is-problem", Boolean(text) && problem);
+}
+
+// An empty part of a Result or a row, said to be empty rather than drawn as an empty box.
+export function none(props) {
+  return h("span", { class: "none", text: "(none)", ...props });
 }
 
 export function pretty(value) {

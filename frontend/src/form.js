@@ -1,6 +1,7 @@
 // The tool form: Name, Description, Language, Code (the editor), Parameters (JSON Schema),
 // execution message, timeout, enable globally, where agents are offered it (allowed_callers);
-// and the body it sends to the API.
+// and the body it sends to the API. The bounds it states (name length, timeout, ...) are the
+// service's own (limits.js); a bound the service did not give is not stated.
 
 import { field, h } from "./dom.js";
 import { createEditor } from "./editor.js";
@@ -8,13 +9,28 @@ import { SCHEMA, TEMPLATES } from "./templates.js";
 
 export class LocalProblem extends Error {
   constructor(problems) {
-    super(problems.map((p) => p.message).join(" "));
+    super(`The form has ${problems.length} problem${problems.length === 1 ? "" : "s"}.`);
     this.code = "invalid_tool";
     this.details = problems;
   }
 }
 
-export function toolForm(initial, { onChange } = {}) {
+const known = (n) => typeof n === "number";
+
+// The hint of the Timeout field for a language: its bounds in this workspace and its default.
+function timeoutHint(bounds) {
+  const range = known(bounds.min) && known(bounds.max) ? `${bounds.min} to ${bounds.max}` : null;
+  const parts = [range || (known(bounds.max) ? `at most ${bounds.max}` : null)];
+  if (known(bounds.default)) parts.push(`default ${bounds.default}`);
+  return `milliseconds${parts.filter(Boolean).length ? `: ${parts.filter(Boolean).join(", ")}` : ""}`;
+}
+
+function upTo(n, what) {
+  return known(n) ? `, at most ${n}${what}` : "";
+}
+
+// limits: from limitsFor() (limits.js), or null.
+export function toolForm(initial, { onChange, limits } = {}) {
   const t = initial || {};
   const language = t.language || "python";
   const name = h("input", { type: "text", autocomplete: "off", spellcheck: "false", value: t.name || "" });
@@ -34,7 +50,21 @@ export function toolForm(initial, { onChange } = {}) {
     text: JSON.stringify(schema, null, 2),
   });
   const message = h("input", { type: "text", value: t.execution_message_description || "" });
-  const timeout = h("input", { type: "number", min: 1, max: 30000, step: 1, value: String(t.timeout_ms || 5000) });
+  const bounds = (lang) => limits?.timeout?.[lang] || {};
+  const timeout = h("input", { type: "number", step: 1 });
+  const timeoutNote = h("span", {});
+  // The bounds of the form's language; a new tool's timeout starts at that language's default.
+  const applyBounds = () => {
+    const b = bounds(lang.value);
+    for (const key of ["min", "max"]) {
+      if (known(b[key])) timeout.setAttribute(key, String(b[key]));
+      else timeout.removeAttribute(key);
+    }
+    timeoutNote.textContent = timeoutHint(b);
+  };
+  applyBounds();
+  if (known(t.timeout_ms)) timeout.value = String(t.timeout_ms);
+  else if (known(bounds(language).default)) timeout.value = String(bounds(language).default);
   const global = h("input", { type: "checkbox", checked: Boolean(t.enable_globally) });
   // Where the tool is offered to agents (CONTRACT 7a): as a tool of its own, inside code mode.
   const callers = t.allowed_callers || ["direct", "code"];
@@ -65,6 +95,7 @@ export function toolForm(initial, { onChange } = {}) {
   });
   lang.addEventListener("change", () => {
     editor.setLanguage(lang.value);
+    applyBounds();
     // A template nobody edited follows the language; real code is never replaced.
     if (!t.id && editor.value === pristineCode) {
       pristineCode = TEMPLATES[lang.value];
@@ -92,18 +123,21 @@ export function toolForm(initial, { onChange } = {}) {
   const element = h(
     "div",
     { class: "tool-form" },
-    field("Name", name, { name: "name", hint: "lowercase-kebab-case, at most 64 characters" }),
+    field("Name", name, { name: "name", hint: `lowercase-kebab-case${upTo(limits?.nameChars, " characters")}` }),
     field("Description", description, { name: "description" }),
     field("Language", lang, { name: "language" }),
     codeField,
     field("Parameters", parameters, { name: "parameters", hint: "a JSON Schema object for the input" }),
-    field("Execution message", message, { name: "execution_message_description", hint: "shown while the tool runs" }),
-    field("Timeout (ms)", timeout, { name: "timeout_ms" }),
+    field("Execution message", message, {
+      name: "execution_message_description",
+      hint: `shown while the tool runs${upTo(limits?.messageChars, " characters")}`,
+    }),
+    field("Timeout (ms)", timeout, { name: "timeout_ms", hint: timeoutNote }),
     globalField,
     callersField,
     field("Test cases", cases, {
       name: "test_cases",
-      hint: "JSON list of {name, input, expect}; a new version runs them before it is stored",
+      hint: `JSON list of {name, input, expect}${upTo(limits?.testCases, "")}; a new version runs them before it is stored`,
     }),
   );
 
@@ -130,7 +164,6 @@ export function toolForm(initial, { onChange } = {}) {
         input_schema: inputSchema,
         execution_message_description: message.value,
         enable_globally: global.checked,
-        timeout_ms: Number(timeout.value),
         allowed_callers: [direct.checked && "direct", inCode.checked && "code"].filter(Boolean),
       };
       try {
@@ -141,8 +174,12 @@ export function toolForm(initial, { onChange } = {}) {
       if (!Array.isArray(out.test_cases)) {
         throw new LocalProblem([{ field: "test_cases", message: "must be a JSON list" }]);
       }
-      if (!Number.isInteger(out.timeout_ms)) {
-        throw new LocalProblem([{ field: "timeout_ms", message: "must be a whole number of milliseconds" }]);
+      // Left empty, the timeout is not sent: a new tool gets the API's default, a saved one keeps its own.
+      if (timeout.value.trim() !== "") {
+        out.timeout_ms = Number(timeout.value);
+        if (!Number.isInteger(out.timeout_ms)) {
+          throw new LocalProblem([{ field: "timeout_ms", message: "must be a whole number of milliseconds" }]);
+        }
       }
       return out;
     },
@@ -152,6 +189,7 @@ export function toolForm(initial, { onChange } = {}) {
       if (draft.language) {
         lang.value = draft.language;
         editor.setLanguage(draft.language);
+        applyBounds();
       }
       if (typeof draft.code === "string") editor.value = draft.code;
       if (draft.input_schema) parameters.value = JSON.stringify(draft.input_schema, null, 2);

@@ -3,9 +3,9 @@
 
 import { all, q } from "./api.js";
 import { clear, field, h } from "./dom.js";
+import { paged, serviceLimits } from "./limits.js";
 import { poll } from "./poll.js";
-
-const POLL_MS = 1500;
+import { cardTable, cell, row } from "./tables.js";
 
 function statusCell(tool) {
   const disabled = tool.status === "disabled";
@@ -15,8 +15,8 @@ function statusCell(tool) {
   ];
 }
 
-function row(tool) {
-  const tr = h("tr", { role: "row", "data-tool-id": tool.id });
+function toolRow(tool) {
+  const tr = row({ "data-tool-id": tool.id });
   fill(tr, tool);
   return tr;
 }
@@ -38,17 +38,13 @@ function fill(tr, tool) {
   clear(
     tr,
     // The name is a cell like the others (CONTRACT 10: the row's cells show the name, ...).
-    h(
-      "td",
-      { role: "cell", "data-label": "Name", class: "name" },
-      h("a", { href: `#/tools/${encodeURIComponent(tool.id)}`, text: tool.name }),
-    ),
-    h("td", { role: "cell", "data-label": "Status" }, statusCell(tool)),
-    h("td", { role: "cell", "data-label": "Uses", class: "num", text: String(tool.usage_count) }),
-    h("td", { role: "cell", "data-label": "Failures", class: "num", text: String(tool.failure_count) }),
-    h("td", { role: "cell", "data-label": "Last error", class: "last-error", text: tool.last_error || "" }),
-    h("td", { role: "cell", "data-label": "Version", class: "num", text: String(tool.version) }),
-    h("td", { role: "cell", "data-label": "Language", text: tool.language }),
+    cell("Name", { class: "name" }, h("a", { href: `#/tools/${encodeURIComponent(tool.id)}`, text: tool.name })),
+    cell("Status", {}, statusCell(tool)),
+    cell("Uses", { class: "num", text: String(tool.usage_count) }),
+    cell("Failures", { class: "num", text: String(tool.failure_count) }),
+    cell("Last error", { class: "last-error", text: tool.last_error || "" }),
+    cell("Version", { class: "num", text: String(tool.version) }),
+    cell("Language", { text: tool.language }),
   );
 }
 
@@ -63,27 +59,14 @@ export function listPage(main, ctx) {
   );
   const alert = h("p", { class: "form-alert", role: "alert" });
   const note = h("p", { class: "note", role: "status", text: ctx.takeFlash() || "" });
-  // Explicit roles: the narrow layout restyles the table as cards, the semantics stay a table.
-  const tbody = h("tbody", { role: "rowgroup" });
   const empty = h("p", { class: "empty", hidden: true, text: "No tools match." });
   const summary = h("p", { class: "summary", "aria-live": "polite" });
-  const table = h(
-    "table",
-    { class: "tools", role: "table" },
-    h("caption", { text: "Custom tools of this workspace" }),
-    h(
-      "thead",
-      { role: "rowgroup" },
-      h(
-        "tr",
-        { role: "row" },
-        ["Name", "Status", "Uses", "Failures", "Last error", "Version", "Language"].map((c) =>
-          h("th", { scope: "col", role: "columnheader", text: c }),
-        ),
-      ),
-    ),
-    tbody,
+  const table = cardTable(
+    "Custom tools of this workspace",
+    ["Name", "Status", "Uses", "Failures", "Last error", "Version", "Language"],
+    { className: "tools" },
   );
+  const tbody = table.body;
   clear(
     main,
     h(
@@ -101,7 +84,7 @@ export function listPage(main, ctx) {
     alert,
     note,
     summary,
-    h("div", { class: "scroll" }, table),
+    table.element,
     empty,
   );
 
@@ -121,7 +104,7 @@ export function listPage(main, ctx) {
     shown.forEach((tool, i) => {
       let tr = rows.get(tool.id);
       if (!tr) {
-        tr = row(tool);
+        tr = toolRow(tool);
         rows.set(tool.id, tr);
       } else fill(tr, tool);
       if (tbody.children[i] !== tr) tbody.insertBefore(tr, tbody.children[i] || null);
@@ -132,7 +115,8 @@ export function listPage(main, ctx) {
   };
   const load = async () => {
     try {
-      tools = await all(`/v1/custom-tools?workspace_id=${q(ctx.workspaceId)}&limit=500`);
+      const path = `/v1/custom-tools?workspace_id=${q(ctx.workspaceId)}`;
+      tools = await all(paged(path, await serviceLimits()));
       tools.sort((a, b) => a.name.localeCompare(b.name));
       alert.textContent = "";
       draw();
@@ -144,5 +128,5 @@ export function listPage(main, ctx) {
   nameFilter.addEventListener("input", draw);
   statusFilter.addEventListener("change", draw);
   load().catch(() => {});
-  return poll(load, POLL_MS);
+  return poll(load);
 }

@@ -1,6 +1,9 @@
 // Polling that stops when the page that started it goes away, and pauses in hidden tabs.
 
-export function poll(fn, everyMs) {
+// How often a page asks again for what may have changed elsewhere (counts, status).
+const EVERY_MS = 1500;
+
+export function poll(fn, everyMs = EVERY_MS) {
   let stopped = false;
   let timer = null;
   const tick = async () => {

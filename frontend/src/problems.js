@@ -1,6 +1,9 @@
 // An API failure shown where it belongs: each problem in `details` next to the field it
 // names (matched by the first segment of its path), the rest and the message in the form's
-// alert line. Only textContent is used: messages may quote what a user typed.
+// alert line; or all of them as one list where the refusal is reported (a test run). Only
+// text nodes are made: messages may quote what a user typed.
+
+import { h } from "./dom.js";
 
 export function clearProblems(root) {
   for (const el of root.querySelectorAll(".field-error")) el.textContent = "";
@@ -15,6 +18,10 @@ export function problemsOf(error) {
   return details.filter((p) => p && typeof p === "object" && typeof p.message === "string");
 }
 
+function where(p) {
+  return p.line ? ` (line ${p.line}${p.column ? `, column ${p.column}` : ""})` : "";
+}
+
 // Aliases: the API names the schema `input_schema` or `parameters`, the form has one field.
 const ALIASES = { input_schema: "parameters", workspace_id: "workspace" };
 
@@ -25,8 +32,7 @@ export function showProblems(root, error, { message = true } = {}) {
     const head = String(p.field || "").split(/[.[]/)[0];
     const name = ALIASES[head] || head;
     const slot = root.querySelector(`[data-field="${CSS.escape(name)}"]`);
-    const where = p.line ? ` (line ${p.line}${p.column ? `, column ${p.column}` : ""})` : "";
-    const text = `${p.message}${where}`;
+    const text = `${p.message}${where(p)}`;
     if (slot) {
       const err = slot.querySelector(".field-error");
       err.textContent = err.textContent ? `${err.textContent} ${text}` : text;
@@ -44,4 +50,24 @@ export function showProblems(root, error, { message = true } = {}) {
 
 export function codeDiagnostics(error) {
   return problemsOf(error).filter((p) => String(p.field || "").split(".")[0] === "code");
+}
+
+// Each problem as a list item: the field it names, where in it, and the message.
+export function problemList(error) {
+  const problems = problemsOf(error);
+  if (!problems.length) return null;
+  return h(
+    "ul",
+    { class: "problems", "aria-label": "Problems" },
+    problems.map((p) =>
+      h(
+        "li",
+        {},
+        p.field ? h("code", { text: String(p.field) }) : null,
+        `${where(p)}`,
+        p.field || p.line ? ": " : "",
+        p.message,
+      ),
+    ),
+  );
 }

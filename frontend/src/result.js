@@ -1,15 +1,21 @@
 // A Result as the user reads it: status, message, error, raw data, what the model sees,
 // what the user sees (render, interactive), duration and ctx calls. All of it is tool output.
 
-import { h, pretty } from "./dom.js";
+import { h, none, pretty } from "./dom.js";
 import { markdown, safeImage, safeLink } from "./safe.js";
+
+// Text the tool wrote, as it is; an empty or missing one is said to be empty.
+function text(value, props) {
+  if (value === undefined || value === null || value === "") return none(props);
+  return h("pre", { class: "wrap", ...props, text: String(value) });
+}
 
 function cellText(v) {
   return typeof v === "string" ? v : pretty(v);
 }
 
 export function renderView(render) {
-  if (!render || typeof render !== "object") return h("p", { text: "none" });
+  if (!render || typeof render !== "object") return none();
   switch (render.type) {
     case "markdown":
       return markdown(render.markdown);
@@ -75,7 +81,7 @@ function actionText(action) {
 // Interactive elements are shown, not made live: their labels are tool text, so they are
 // plain text chips (never buttons whose names could shadow the view's own controls).
 export function interactiveView(ui) {
-  if (!ui || typeof ui !== "object") return h("p", { text: "none" });
+  if (!ui || typeof ui !== "object") return none();
   const parts = [];
   if (ui.prompt) parts.push(h("p", { text: cellText(ui.prompt) }));
   if (ui.type === "buttons" && Array.isArray(ui.buttons)) {
@@ -106,7 +112,7 @@ function logsView(logs) {
   const l = logs && typeof logs === "object" ? logs : {};
   const out = typeof l.stdout === "string" ? l.stdout : "";
   const err = typeof l.stderr === "string" ? l.stderr : "";
-  if (!out && !err) return h("p", { "data-testid": "result-logs", text: "none" });
+  if (!out && !err) return none({ "data-testid": "result-logs" });
   return h(
     "div",
     { "data-testid": "result-logs" },
@@ -126,7 +132,7 @@ export function resultView(result) {
         text: String(r.status),
       }),
     ],
-    ["Message", h("pre", { class: "wrap", "data-testid": "result-message", text: r.message ?? "" })],
+    ["Message", text(r.message, { "data-testid": "result-message" })],
   ];
   if (r.error) {
     rows.push([
@@ -140,8 +146,8 @@ export function resultView(result) {
     ]);
   }
   rows.push(
-    ["Raw data", h("pre", { text: pretty(r.raw_data ?? null) })],
-    ["LLM", h("pre", { class: "wrap", text: r.llm ?? "" })],
+    ["Raw data", r.raw_data == null ? none({ "data-testid": "result-raw" }) : h("pre", { text: pretty(r.raw_data) })],
+    ["LLM", text(r.llm, { "data-testid": "result-llm" })],
     ["Render", renderView(r.render)],
     ["Interactive", interactiveView(r.interactive)],
     ["Logs", logsView(r.logs)],

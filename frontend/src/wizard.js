@@ -64,7 +64,8 @@ function progressText(event, data) {
 // Returns the wizard's element and stop(), which ends a generation under way (the page that
 // holds the wizard calls it when it is left): the request is aborted, so the service stops
 // asking the model, and nothing lands in a form nobody sees.
-export function wizard({ language, workspaceId, onDraft }) {
+export function wizard({ language, workspaceId, limits, onDraft }) {
+  const most = limits?.describeChars;
   const describe = h("textarea", { rows: 4 });
   const log = h("ol", { class: "progress", "aria-live": "polite" });
   const alert = h("p", { class: "form-alert", role: "alert" });
@@ -76,7 +77,7 @@ export function wizard({ language, workspaceId, onDraft }) {
     h("h2", { id: "wizard-h", text: "Generate a tool" }),
     field("Describe the tool", describe, {
       name: "description",
-      hint: "What it takes and what it answers, in plain words.",
+      hint: `What it takes and what it answers, in plain words${typeof most === "number" ? ` (at most ${most} characters)` : ""}.`,
     }),
     h("div", { class: "actions" }, button),
     alert,

@@ -137,9 +137,22 @@ class Page:
             target.screenshot(path=str(Path(SHOTS) / name))
 
 
-@pytest.fixture
-def tab(browser: Any, live: Live) -> Iterator[Page]:
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
+def set_code(page: Any, text: str) -> None:
+    """Replace the editor's text the way a paste does (no auto-indent on the way in)."""
+    from playwright.sync_api import expect
+
+    editor = page.get_by_role("textbox", name="Code")
+    editor.click()
+    page.keyboard.press("Control+A")
+    page.keyboard.insert_text(text)
+    expect(editor).to_contain_text(text.splitlines()[0])
+
+
+@contextmanager
+def new_tab(browser: Any, live: Live, width: int = 1280, height: int = 900) -> Iterator[Page]:
+    """A tab in a context of its own that may reach only the service; on leaving, it fails
+    the test on any page error or policy violation it saw."""
+    context = browser.new_context(viewport={"width": width, "height": height})
     context.set_default_timeout(15_000)
     page = context.new_page()
     wrapped = Page(page, live)
@@ -161,3 +174,16 @@ def tab(browser: Any, live: Live) -> Iterator[Page]:
     assert not wrapped.errors, wrapped.errors
     if not wrapped.expect_csp_violations:
         assert not wrapped.csp_violations, wrapped.csp_violations
+
+
+@pytest.fixture
+def tab(browser: Any, live: Live) -> Iterator[Page]:
+    with new_tab(browser, live) as wrapped:
+        yield wrapped
+
+
+@pytest.fixture
+def narrow(browser: Any, live: Live) -> Iterator[Page]:
+    """A tab as wide as a phone's screen (390 px)."""
+    with new_tab(browser, live, width=390, height=844) as wrapped:
+        yield wrapped

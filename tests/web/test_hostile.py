@@ -2,7 +2,8 @@
 
 Script is planted in each place the view shows: a tool's description and last_error, the
 Result's message, raw data, llm text, logs (stdout and stderr), every kind of _render (markdown with raw HTML and
-javascript: links, tables, images, file links) and _interactive labels. The checks look at
+javascript: links, tables, images, file links), _interactive labels, and the event and data of
+the audit rows tool code writes. The checks look at
 the DOM itself (no planted element, handler or link exists), not only at whether the CSP
 happened to block it, and then at the CSP too.
 """
@@ -21,7 +22,7 @@ HOSTILE = f"""
 X = {X!r}
 LABEL = {LABEL!r}
 
-def main(**params):
+def main(*, ctx, **params):
     import sys
     print(X)
     print(LABEL, file=sys.stderr)
@@ -48,6 +49,8 @@ def main(**params):
         out["_interactive"] = {{"type": "form", "prompt": X,
             "fields": [{{"name": "a", "label": LABEL, "type": "text"}}],
             "submit": {{"label": LABEL, "action": {{"type": "message", "text": "hi"}}}}}}
+    elif kind == "audit":
+        ctx.audit(LABEL, {{"html": X, "label": LABEL}})
     elif kind == "raise":
         raise ValueError(X)
     return out
@@ -105,6 +108,24 @@ def test_list_and_tool_page_show_hostile_names_and_errors_as_text(
     expect(page.get_by_role("button", name="Show result of call").first).to_be_visible()
     page.get_by_role("button", name="Show result of call").first.click()
     expect(page.locator(".result-box").last).to_contain_text(X)
+    assert page.evaluate(NOTHING_RAN) == []
+
+
+def test_audit_rows_written_by_tool_code_are_shown_as_text(
+    tab: Page, live: Live, hostile: dict
+) -> None:
+    assert live.invoke(hostile["id"], {"kind": "audit"})["status"] == "ok"
+    page = tab.page
+    tab.sign_in()
+    page.get_by_role("link", name="hostile-tool").click()
+    audit = page.get_by_role("table", name="Audit rows of this tool, newest first")
+    planted = audit.get_by_role("row").filter(has_text=f"custom.{LABEL}")
+    expect(planted).to_have_count(1)
+    cells = planted.get_by_role("cell")
+    expect(cells.nth(1)).to_have_text(f"custom.{LABEL}")
+    expect(cells.nth(4)).to_contain_text(X.replace('"', '\\"'))  # the outcome: one line of JSON
+    cells.nth(5).get_by_text("Data", exact=True).click()
+    expect(cells.nth(5).locator("pre")).to_contain_text(X.replace('"', '\\"'))
     assert page.evaluate(NOTHING_RAN) == []
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from playwright.sync_api import expect
 
-from tests.web.conftest import TOKEN, Live, Page
+from tests.web.conftest import TOKEN, Live, Page, set_code
 
 FLAKY = "def main(**params):\n    raise ValueError('kaboom')\n    return {'message': 'never'}\n"
 ORDER = (
@@ -21,15 +21,6 @@ ORDER_SCHEMA = {
     "properties": {"order_id": {"type": "string"}},
     "required": ["order_id"],
 }
-
-
-def set_code(page: Any, text: str) -> None:
-    """Replace the editor's text the way a paste does (no auto-indent on the way in)."""
-    editor = page.get_by_role("textbox", name="Code")
-    editor.click()
-    page.keyboard.press("Control+A")
-    page.keyboard.insert_text(text)
-    expect(editor).to_contain_text(text.splitlines()[0])
 
 
 def row_of(page: Any, name: str) -> Any:
@@ -248,29 +239,20 @@ def test_generate_opens_the_wizard_and_shows_why_it_cannot_run(tab: Page, live: 
 
 
 def test_a_narrow_screen_shows_the_list_and_the_editor_without_sideways_scrolling(
-    browser: Any, live: Live
+    narrow: Page, live: Live
 ) -> None:
     live.create_tool(name="narrow-tool", code=ORDER, input_schema=ORDER_SCHEMA)
-    context = browser.new_context(viewport={"width": 390, "height": 844})
-    context.route(
-        "**/*", lambda r: r.continue_() if r.request.url.startswith(live.url) else r.abort()
-    )
-    try:
-        tab = Page(context.new_page(), live)
-        page = tab.page
-        tab.sign_in()
-        link = page.get_by_role("link", name="narrow-tool", exact=True)
-        expect(link).to_be_visible()
-        expect(row_of(page, "narrow-tool").get_by_role("cell").nth(1)).to_be_visible()
-        assert page.evaluate("document.documentElement.scrollWidth") <= 390
-        tab.shot("list-narrow.png")
-        link.click()
-        expect(page.get_by_role("textbox", name="Code")).to_be_visible()
-        expect(page.get_by_role("button", name="Save")).to_be_visible()
-        assert page.evaluate("document.documentElement.scrollWidth") <= 390
-        assert not tab.errors, tab.errors
-    finally:
-        context.close()
+    page = narrow.page
+    narrow.sign_in()
+    link = page.get_by_role("link", name="narrow-tool", exact=True)
+    expect(link).to_be_visible()
+    expect(row_of(page, "narrow-tool").get_by_role("cell").nth(1)).to_be_visible()
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    narrow.shot("list-narrow.png")
+    link.click()
+    expect(page.get_by_role("textbox", name="Code")).to_be_visible()
+    expect(page.get_by_role("button", name="Save")).to_be_visible()
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
 
 
 def test_the_list_screenshot(tab: Page, live: Live) -> None:
