@@ -35,6 +35,7 @@ from toolkiln.services.files import FileService
 from toolkiln.services.generate import GenerateService
 from toolkiln.services.invoke import DraftRunner, InvokeService
 from toolkiln.services.outbox import OutboxService
+from toolkiln.services.places import Places, PlacesConfig
 from toolkiln.services.ports import BuiltinTool, ChatModel, CodeRunner, UnitOfWorkFactory
 from toolkiln.services.router import Router
 from toolkiln.services.runs import Runs
@@ -103,10 +104,17 @@ def build(settings: Settings, *, migrate: bool = True, sandbox: bool = True) -> 
     uow = database.transaction
     files = FileService(uow, _signing_key(settings, database), settings.resolved_public_url())
     runs = Runs(uow, runners)
-    router = Router(uow, Builtins(_builtins(settings, uow, files)), runs)
+    places = Places(
+        PlacesConfig(
+            settings.long_work_per_workspace,
+            settings.long_work_total,
+            settings.long_work_retry_after_s,
+        )
+    )
+    router = Router(uow, Builtins(_builtins(settings, uow, files)), runs, places)
     drafts = DraftRunner(router, runs)  # test runs and test cases: uncounted runs of a draft
-    tools = ToolService(uow, CaseRunner(drafts.run), runs.prepare)
-    invoke = InvokeService(uow, router, tools, drafts)
+    tools = ToolService(uow, CaseRunner(drafts.run, places=places), runs.prepare)
+    invoke = InvokeService(uow, router, tools, drafts, places)
     background = Supervisor()
     system = SystemService(
         database.problem,
@@ -130,9 +138,11 @@ def build(settings: Settings, *, migrate: bool = True, sandbox: bool = True) -> 
             system.runtimes,
             router.specs,
             settings.llm_max_attempts,
+            places,
         ),
         changes=lambda: feed_for(database.url),
         background=background,
+        places=places,
     )
     return Runtime(settings, database, services, sandboxes)
 

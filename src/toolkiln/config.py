@@ -15,6 +15,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from toolkiln.domain.errors import ServiceUnavailable
+from toolkiln.services import places
 
 SEARCH_PROVIDERS = ("searxng", "brave")
 DATABASE_BACKENDS = ("sqlite", "postgresql")
@@ -66,6 +67,9 @@ class Settings(BaseSettings):
     llm_model: str | None = None
     llm_max_attempts: int = Field(3, ge=1, le=10)
     llm_timeout_s: float = Field(60.0, gt=0, le=600)
+    long_work_per_workspace: int = Field(places.PER_WORKSPACE, ge=1, le=256)
+    long_work_total: int = Field(places.TOTAL, ge=1, le=1024)
+    long_work_retry_after_s: int = Field(places.RETRY_AFTER_S, ge=1, le=3600)
 
     # Values checked here, not where they are first used, so that a wrong one is
     # `error: invalid_setting: TOOLKILN_X: ...` for every command, before anything starts

@@ -12,6 +12,7 @@ from tests.conftest import Space
 from toolkiln.app import Runtime
 from toolkiln.domain.auth import Principal
 from toolkiln.domain.errors import Conflict
+from toolkiln.domain.origin import Budget
 from toolkiln.domain.results import Result
 from toolkiln.domain.tools import ToolDraft
 from toolkiln.services.testcases import CaseRunner
@@ -28,11 +29,13 @@ def racing(runtime: Runtime, space: Space, name: str, meanwhile: dict[str, Any])
     tool = registry.create(who, space.id, draft)
     done: list[bool] = []
 
-    def run_and_interfere(p: Principal, ws: str, d: ToolDraft, payload: Any) -> Result:
+    def run_and_interfere(
+        p: Principal, ws: str, d: ToolDraft, payload: Any, budget: Budget | None
+    ) -> Result:
         if not done:  # another writer lands while our cases run
             registry.update(who, tool.id, meanwhile)
             done.append(True)
-        return registry.cases.run_one(p, ws, d, payload)
+        return registry.cases.run_one(p, ws, d, payload, budget)
 
     return who, tool, ToolService(runtime.database.transaction, CaseRunner(run_and_interfere))
 

@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from toolkiln.api.offload import Offload
 from toolkiln.domain.auth import Principal
 from toolkiln.services.container import Services
 
@@ -40,7 +41,21 @@ def principal(
     return svc.access.authenticate(credentials.credentials.strip() if credentials else None)
 
 
+async def calls(request: Request) -> Offload:
+    """The pool tool calls run on (api/offload.py)."""
+    pool: Offload = request.app.state.offload
+    return pool
+
+
+async def work(request: Request) -> Offload:
+    """The pool of the routes that may start long work (api/offload.py)."""
+    pool: Offload = request.app.state.work
+    return pool
+
+
 Svc = Annotated[Services, Depends(services)]
+Calls = Annotated[Offload, Depends(calls)]
+Work = Annotated[Offload, Depends(work)]
 Caller = Annotated[Principal, Depends(principal)]
 
 

@@ -26,6 +26,7 @@ STATUS: list[tuple[type[errors.ToolkilnError], int]] = [
     (errors.Conflict, 409),
     (errors.PayloadTooLarge, 413),
     (errors.InvalidRequest, 422),
+    (errors.TooManyRequests, 429),
     (errors.UpstreamFailed, 502),
     (errors.ServiceUnavailable, 503),
 ]
@@ -59,6 +60,14 @@ def envelope(
     # made the response fail to encode, a 500 (until 2026-12-06).
     body = {"error": {"code": code, "message": scrub(message), "details": scrub_all(details)}}
     return JSONResponse(body, status_code=status, headers=headers or None)
+
+
+def retry_after(exc: errors.ToolkilnError) -> dict[str, str] | None:
+    """``Retry-After`` for a refusal that passes: a workspace over its share of long work
+    (429), a database outage (503; the service recovers by itself)."""
+    if isinstance(exc, errors.TooManyRequests):
+        return {"Retry-After": str(max(1, exc.retry_after_s))}
+    return {"Retry-After": "1"} if exc.code == "unavailable" else None
 
 
 def status_of(exc: errors.ToolkilnError) -> int:
@@ -105,9 +114,7 @@ def _template(path: str) -> re.Pattern[str]:
 def install(app: FastAPI) -> None:
     @app.exception_handler(errors.ToolkilnError)
     async def _domain(_: Request, exc: errors.ToolkilnError) -> JSONResponse:
-        # A database outage is short-lived (the service recovers by itself): say when to retry.
-        retry = {"Retry-After": "1"} if exc.code == "unavailable" else None
-        return envelope(status_of(exc), exc.code, exc.message, exc.details, retry)
+        return envelope(status_of(exc), exc.code, exc.message, exc.details, retry_after(exc))
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:

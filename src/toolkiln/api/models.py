@@ -305,6 +305,23 @@ class ErrorEnvelope(BaseModel):
     error: ErrorBody
 
 
+# The answer of a route that may start long work (a generation, test runs, a program,
+# run_code) when the workspace's share of it is in use (services/places.py).
+LONG_WORK: dict[int | str, dict[str, Any]] = {
+    429: {
+        "model": ErrorEnvelope,
+        "description": "too_many_requests: the workspace (or the service) has all its places "
+        "for long work in use; try again after Retry-After seconds.",
+        "headers": {
+            "Retry-After": {
+                "description": "Seconds to wait before trying again.",
+                "schema": {"type": "integer", "minimum": 1},
+            }
+        },
+    }
+}
+
+
 class InvokeIn(Body):
     input: Any = Field(default_factory=dict)
     agent_id: str | None = client_id()

@@ -1,4 +1,11 @@
-"""The invoke route's blocking work, run on a thread pool of the app's own.
+"""Blocking work of the routes that run tools or long work, on thread pools of the app's own.
+
+Two pools: ``app.state.offload`` for tool calls (invoke, agents' tool calls, built-in
+calls) and ``app.state.work`` for routes that may start long work (generation, test cases
+on create and PATCH, run-tests, ``/test``, run-code). Neither is anyio's default thread
+limiter, on which FastAPI runs every sync route and the token check: a workspace that
+sends slow work fills its own places (``services/places.py``) and, at most, these pools,
+never the threads that answer other workspaces' reads (tests/security/test_slow_work.py).
 
 FastAPI runs a sync route through anyio's thread hand-off (a capacity limiter, the async
 library's detection, a shielded checkpoint, per request). For the route every tool call
@@ -18,15 +25,26 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from toolkiln.services.container import Services
+
 T = TypeVar("T")
 # A call holds its thread while its tool runs (the Python sandbox runs at most 32 at once,
 # JavaScript a few workers): room for those, and for calls waiting on the database.
 THREADS = 64
 
 
+# Threads of the work pool beyond the service's places for long work: for the requests on
+# those routes that start none (a create without test cases) or are refused at once (429).
+SHORT_WORK_THREADS = 16
+
+
+def work_threads(services: Services) -> int:
+    return services.places.config.total + SHORT_WORK_THREADS
+
+
 class Offload:
-    def __init__(self, threads: int = THREADS) -> None:
-        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="toolkiln-call")
+    def __init__(self, threads: int = THREADS, name: str = "toolkiln-call") -> None:
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix=name)
 
     async def __call__(self, fn: Callable[..., T], *args: Any) -> T:
         loop = asyncio.get_running_loop()

@@ -89,6 +89,17 @@ class TestsFailed(InvalidRequest):
         )
 
 
+class TooManyRequests(ToolkilnError):
+    """The workspace already has its share of long work (generations, test runs, programs)
+    under way; ``retry_after_s`` says when to try again."""
+
+    code = "too_many_requests"
+
+    def __init__(self, message: str, details: Any = None, *, retry_after_s: int = 1) -> None:
+        super().__init__(message, details)
+        self.retry_after_s = retry_after_s
+
+
 class UpstreamFailed(ToolkilnError):
     """An outside service the operation needs (a model endpoint) failed or timed out."""
 

@@ -22,6 +22,7 @@ from mcp_types import INTERNAL_ERROR, SubscriptionsListenRequestParams, Subscrip
 
 import toolkiln
 from toolkiln.domain.auth import Principal
+from toolkiln.domain.errors import TooManyRequests
 from toolkiln.mcp_server.render import error_text
 from toolkiln.services.background import Loop
 from toolkiln.services.container import Services
@@ -52,6 +53,7 @@ MAX_SESSIONS = 1000
 # one workspace's agents, so one tenant's streams cannot use up another's.
 MAX_LISTEN_STREAMS = 1024
 MAX_LISTEN_PER_WORKSPACE = 256
+CALL_THREADS = 64  # tools/call requests running at once (more wait for a thread)
 
 
 class Listeners:
@@ -163,6 +165,14 @@ class _Server(Server[Any]):
         return super().create_initialization_options(options, *args, **kwargs)
 
 
+def _failed(error: dict[str, Any]) -> types.CallToolResult:
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=error_text(error))],
+        structured_content={"error": error},
+        is_error=True,
+    )
+
+
 def make_server(services: Services, resolve: Resolve, listeners: Listeners) -> Server[Any]:
     """``resolve`` tells, for each request, who calls and for which agent; ``listeners``
     is where tool-list changes go."""
@@ -189,6 +199,10 @@ def make_server(services: Services, resolve: Resolve, listeners: Listeners) -> S
             ]
         )
 
+    # Tool calls run on threads of their own, not anyio's default limiter, which serves the
+    # REST API's reads and token checks: slow tools cannot hold those up.
+    calls = anyio.CapacityLimiter(CALL_THREADS)
+
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
@@ -199,20 +213,19 @@ def make_server(services: Services, resolve: Resolve, listeners: Listeners) -> S
         )
         if status:
             await ctx.session.report_progress(0, 1, status)
-        result = await anyio.to_thread.run_sync(
-            lambda: services.agents.dispatch(
-                principal, agent_id, params.name, params.arguments or {}, CallContext(), at.mode
+        try:
+            result = await anyio.to_thread.run_sync(
+                lambda: services.agents.dispatch(
+                    principal, agent_id, params.name, params.arguments or {}, CallContext(), at.mode
+                ),
+                limiter=calls,
             )
-        )
+        except TooManyRequests as busy:  # run_program or run_code over the workspace's share
+            return _failed({"code": busy.code, "message": busy.message, "details": busy.details})
         if status:
             await ctx.session.report_progress(1, 1, status)
         if result.error is not None:
-            text = error_text(result.error)
-            return types.CallToolResult(
-                content=[types.TextContent(type="text", text=text)],
-                structured_content={"error": result.error},
-                is_error=True,
-            )
+            return _failed(result.error)
         raw = result.raw_data
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=str(result.llm or result.message or ""))],

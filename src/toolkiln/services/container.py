@@ -13,6 +13,7 @@ from toolkiln.services.files import FileService
 from toolkiln.services.generate import GenerateService
 from toolkiln.services.invoke import InvokeService
 from toolkiln.services.outbox import OutboxService
+from toolkiln.services.places import Places
 from toolkiln.services.router import Router
 from toolkiln.services.system import SystemService
 from toolkiln.services.tools import ToolService
@@ -34,3 +35,5 @@ class Services:
     changes: Callable[[], ChangeFeed]
     # The service's background loops; /healthz reports theirs.
     background: Supervisor = field(default_factory=Supervisor)
+    # Admission of long work, shared by every use case that starts some (services/places.py).
+    places: Places = field(default_factory=Places)

@@ -4,6 +4,9 @@ The loop: ask with ``propose_tool`` required; read the first call's arguments; v
 definition exactly as a create would; run every example in the sandbox and compare it with
 its ``expected``; send every problem back as the answer to that call and ask again, up to
 the configured number of proposals. Nothing is saved but one audit row.
+
+A generation holds one place of its workspace's long work from the first question to the
+draft (``services/places.py``).
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from toolkiln.domain.results import Result
 from toolkiln.domain.schema import schema_to_parameters
 from toolkiln.domain.testcases import check_test_cases
 from toolkiln.domain.tools import ToolDraft, check_name
+from toolkiln.services.places import Place, Places
 from toolkiln.services.ports import ChatModel, UnitOfWorkFactory
 from toolkiln.services.testcases import CASES_BUDGET_S
 from toolkiln.services.tools import ToolService
@@ -113,6 +117,7 @@ class GenerateService:
         runtimes: Callable[[], dict[str, Any]],
         builtins: Callable[[], list[BuiltinSpec]],
         max_attempts: int = 3,
+        places: Places | None = None,
     ) -> None:
         self._uow = uow
         self._tools = tools
@@ -120,6 +125,7 @@ class GenerateService:
         self._runtimes = runtimes
         self._builtins = builtins
         self._max_attempts = max_attempts
+        self._places = places or Places()
 
     def check(self, principal: Principal, request: GenerateRequest) -> None:
         """Everything that can be refused before the model is asked (and a stream starts)."""
@@ -145,22 +151,40 @@ class GenerateService:
         if not runtime.get("available"):
             raise ServiceUnavailable(f"The {request.language} runtime is not available.")
 
-    def generate(
-        self, principal: Principal, request: GenerateRequest, on_event: Events = _ignore
-    ) -> dict[str, Any]:
-        """A draft that passed validation and ran every example, or GenerationFailed."""
+    def place(self, request: GenerateRequest) -> Place:
+        """A place for the generation (``TooManyRequests`` when its workspace has none
+        free). Never waits: a transport takes it on its event loop, then hands it to the
+        thread that runs ``generate``, with no await between (a cancellation there would
+        keep the place for good)."""
+        return self._places.take(request.workspace_id, "generation")
+
+    def admit(self, principal: Principal, request: GenerateRequest) -> Place:
+        """``check``, then ``place``: everything refused before the model is asked."""
         self.check(principal, request)
-        run = _Run(principal, request, on_event, Usage())
-        outcome = "interrupted"
-        try:
-            draft = self._loop(run)
-            outcome = "draft"
-            return draft
-        except ToolkilnError as exc:
-            outcome = exc.code
-            raise
-        finally:
-            self._audit(run, outcome)
+        return self.place(request)
+
+    def generate(
+        self,
+        principal: Principal,
+        request: GenerateRequest,
+        on_event: Events = _ignore,
+        place: Place | None = None,
+    ) -> dict[str, Any]:
+        """A draft that passed validation and ran every example, or GenerationFailed.
+        ``place``: one taken after ``check`` (``admit``), released here at the end; without
+        it, ``admit`` is called here."""
+        with place if place is not None else self.admit(principal, request):
+            run = _Run(principal, request, on_event, Usage())
+            outcome = "interrupted"
+            try:
+                draft = self._loop(run)
+                outcome = "draft"
+                return draft
+            except ToolkilnError as exc:
+                outcome = exc.code
+                raise
+            finally:
+                self._audit(run, outcome)
 
     # -- the loop
 

@@ -22,6 +22,7 @@ from toolkiln.domain.results import Result
 from toolkiln.domain.text import is_client_id
 from toolkiln.domain.tools import ToolDraft, validate_draft
 from toolkiln.services.access import hash_of, principal_from
+from toolkiln.services.places import Places
 from toolkiln.services.ports import UnitOfWorkFactory
 from toolkiln.services.router import RUN_CODE_TIMEOUT_MS, Router
 from toolkiln.services.runs import Code, Runs
@@ -48,26 +49,38 @@ class DraftRunner:
         self._runs = runs
 
     def run(
-        self, principal: Principal, workspace_id: str, draft: ToolDraft, payload: Any
+        self,
+        principal: Principal,
+        workspace_id: str,
+        draft: ToolDraft,
+        payload: Any,
+        budget: Budget | None = None,
     ) -> Result:
+        """``budget``: shared with other runs of the same work (a generation's examples,
+        whose budget is dry: CONTRACT 9); None: one of its own, lasting the draft's time."""
         schema, _ = validate_draft(draft, MAX_TIMEOUT_MS)
         self._runs.prepare(draft.language, draft.code)
         entry = entrypoint_of(draft.language, draft.code)
         code = Code(draft.language, draft.code, entry, draft.timeout_ms)
-        origin = Origin.root(
-            Caller(principal, workspace_id), new_id(), Budget.lasting(draft.timeout_ms)
-        )
+        budget = budget if budget is not None else Budget.lasting(draft.timeout_ms)
+        origin = Origin.root(Caller(principal, workspace_id), new_id(), budget)
         return self._router.run_draft(origin, code, schema, payload)
 
 
 class InvokeService:
     def __init__(
-        self, uow: UnitOfWorkFactory, router: Router, tools: ToolService, drafts: DraftRunner
+        self,
+        uow: UnitOfWorkFactory,
+        router: Router,
+        tools: ToolService,
+        drafts: DraftRunner,
+        places: Places | None = None,
     ) -> None:
         self._uow = uow
         self._router = router
         self._tools = tools
         self._drafts = drafts
+        self._places = places or Places()
 
     # -- public use cases
 
@@ -113,10 +126,12 @@ class InvokeService:
     def test(
         self, principal: Principal, workspace_id: str, draft: ToolDraft, payload: Any
     ) -> Result:
-        """Run an unsaved tool once; nothing is saved or counted, its ctx calls audited."""
+        """Run an unsaved tool once; nothing is saved or counted, its ctx calls audited. It
+        holds one of the workspace's places for long work while it runs."""
         principal.require("write")
         self._tools.validate(principal, workspace_id, draft)
-        return self._drafts.run(principal, workspace_id, draft, payload)
+        with self._places.take(workspace_id, "test_run"):
+            return self._drafts.run(principal, workspace_id, draft, payload)
 
     def run_code(
         self, principal: Principal, language: str, code: str, payload: Any, who: CallContext

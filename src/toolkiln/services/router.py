@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Literal
 
 from toolkiln.domain.builtin import RUN_CODE_SPEC, BuiltinSpec
@@ -29,6 +30,7 @@ from toolkiln.domain.results import Result, error, refused
 from toolkiln.domain.schema import InputValidator, compile_validator, input_problems
 from toolkiln.domain.tools import Tool
 from toolkiln.services.dispatch import Builtins
+from toolkiln.services.places import Places
 from toolkiln.services.ports import UnitOfWork, UnitOfWorkFactory
 from toolkiln.services.runs import Code, Runs
 
@@ -41,10 +43,18 @@ ADMIT_FRESH_S = 0.001
 
 
 class Router:
-    def __init__(self, uow: UnitOfWorkFactory, builtins: Builtins, runs: Runs) -> None:
+    def __init__(
+        self,
+        uow: UnitOfWorkFactory,
+        builtins: Builtins,
+        runs: Runs,
+        places: Places | None = None,
+    ) -> None:
         self._uow = uow
         self._builtins = builtins
         self._runs = runs
+        # run_code and run_program called at the root are long work: one place each.
+        self._places = places or Places()
         self._compiled_cache: OrderedDict[tuple[str, int], tuple[InputValidator, str]] = (
             OrderedDict()
         )
@@ -201,7 +211,8 @@ class Router:
             err = error("invalid_input", "The input does not match the schema.", problems)
             return refused(origin.call_id, None, None, err)
         timeout_ms = int(payload.get("timeout_ms") or PROGRAM_TIMEOUT_MS)
-        result = self._source(origin, payload, timeout_ms, {}, only="handle")
+        with self._places.take(origin.workspace_id, "program"):
+            result = self._source(origin, payload, timeout_ms, {}, only="handle")
         self._runs.record_run(origin, result, RUN_PROGRAM, kind="program")
         return result
 
@@ -210,7 +221,12 @@ class Router:
             err = error("invalid_input", "The input does not match the schema.", problems)
             return "refused", refused(origin.call_id, None, None, err)
         run = origin.nested(new_id()) if nested else origin
-        result = self._source(run, payload, RUN_CODE_TIMEOUT_MS, payload.get("input", {}))
+        # Nested, it runs within its caller's time (and place, if the caller holds one).
+        place: AbstractContextManager[object] = (
+            nullcontext() if nested else self._places.take(run.workspace_id, "run_code")
+        )
+        with place:
+            result = self._source(run, payload, RUN_CODE_TIMEOUT_MS, payload.get("input", {}))
         self._runs.record_run(run, result, RUN_CODE_SPEC.name)
         return "run_code", result
 

@@ -2,7 +2,9 @@
 
 This is the one place where those runs reach the sandbox. They go through the uncounted run
 of an unsaved definition (``services.invoke.DraftRunner``), so a test run adds nothing to a
-tool's usage or failure counts and stores no call.
+tool's usage or failure counts and stores no call. A version's cases run in one place of
+the workspace's long work (``services/places.py``); a generation's examples run in the
+generation's.
 """
 
 from __future__ import annotations
@@ -15,11 +17,15 @@ from typing import Any
 from toolkiln.domain.auth import Principal
 from toolkiln.domain.ids import new_id
 from toolkiln.domain.limits import MIN_TIMEOUT_MS
+from toolkiln.domain.origin import Budget
 from toolkiln.domain.results import Result, error, refused
 from toolkiln.domain.testcases import CaseReport, CaseSpec, report
 from toolkiln.domain.tools import ToolDraft
+from toolkiln.services.places import Places
 
-RunOnce = Callable[[Principal, str, ToolDraft, Any], Result]
+# (principal, workspace, draft, input, budget): the budget shared by runs that belong
+# together (a generation's examples), or None for a run with a budget of its own.
+RunOnce = Callable[[Principal, str, ToolDraft, Any, Budget | None], Result]
 
 # All the cases of one write share this much wall-clock time; what is left over is not run.
 CASES_BUDGET_S = 120.0
@@ -52,20 +58,44 @@ class CasesRun:
 class CaseRunner:
     """Runs a definition once per input without saving or counting anything."""
 
-    def __init__(self, run_once: RunOnce | None = None, budget_s: float = CASES_BUDGET_S) -> None:
+    def __init__(
+        self,
+        run_once: RunOnce | None = None,
+        budget_s: float = CASES_BUDGET_S,
+        places: Places | None = None,
+    ) -> None:
         self._run_once = run_once
         self._budget_s = budget_s
+        self._places = places or Places()
 
     def run_one(
-        self, principal: Principal, workspace_id: str, draft: ToolDraft, payload: Any
+        self,
+        principal: Principal,
+        workspace_id: str,
+        draft: ToolDraft,
+        payload: Any,
+        budget: Budget | None = None,
     ) -> Result:
+        """One run of ``draft``; ``budget``: one shared with the other runs of the same
+        work (a generation's examples), else the run has one of its own."""
         if self._run_once is None:
             err = error("infra_error", "No sandbox is attached to run test cases.")
             return refused(new_id(), None, None, err)
         # The cases are not needed to run one input; leaving them out skips re-checking them.
-        return self._run_once(principal, workspace_id, replace(draft, test_cases=[]), payload)
+        slim = replace(draft, test_cases=[])
+        return self._run_once(principal, workspace_id, slim, payload, budget)
 
     def run(
+        self, principal: Principal, workspace_id: str, draft: ToolDraft, cases: list[CaseSpec]
+    ) -> list[CaseReport]:
+        """Every case, in one place of the workspace's long work (``TooManyRequests`` when
+        it has none free)."""
+        if not cases:
+            return []
+        with self._places.take(workspace_id, "test_cases"):
+            return self._run_all(principal, workspace_id, draft, cases)
+
+    def _run_all(
         self, principal: Principal, workspace_id: str, draft: ToolDraft, cases: list[CaseSpec]
     ) -> list[CaseReport]:
         deadline = time.monotonic() + self._budget_s

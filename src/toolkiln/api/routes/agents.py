@@ -9,7 +9,7 @@ from fastapi import APIRouter, Response
 from pydantic import Field, field_validator
 
 from toolkiln.api import models
-from toolkiln.api.deps import Invoker, Reader, Svc, Writer
+from toolkiln.api.deps import Calls, Invoker, Reader, Svc, Writer
 from toolkiln.domain.ids import rfc3339
 from toolkiln.domain.records import Agent
 from toolkiln.services.invoke import CallContext
@@ -115,12 +115,18 @@ def agent_tools(
     return {"data": tools, "next_cursor": None}
 
 
-@router.post("/{agent_id}/tool-calls", response_model=models.One[models.Result])
-def tool_call(agent_id: str, body: ToolCallIn, who: Invoker, svc: Svc) -> dict[str, Any]:
+@router.post(
+    "/{agent_id}/tool-calls", response_model=models.One[models.Result], responses=models.LONG_WORK
+)
+async def tool_call(
+    agent_id: str, body: ToolCallIn, who: Invoker, svc: Svc, pool: Calls
+) -> dict[str, Any]:
+    """On the tool-call pool (api/offload.py); ``run_program`` and ``run_code`` take a place
+    of the workspace's long work (429 when none is free)."""
     context = CallContext(
         tool_call_id=body.tool_call_id,
         conversation_id=body.conversation_id,
         power_user_id=body.power_user_id,
     )
-    result = svc.agents.dispatch(who, agent_id, body.name, body.arguments, context)
+    result = await pool(svc.agents.dispatch, who, agent_id, body.name, body.arguments, context)
     return {"data": result.as_dict()}

@@ -10,7 +10,7 @@ from fastapi.responses import Response
 from pydantic import Field
 
 from toolkiln.api import models
-from toolkiln.api.deps import Invoker, Reader, Svc
+from toolkiln.api.deps import Calls, Invoker, Reader, Svc
 from toolkiln.domain.ids import rfc3339
 from toolkiln.services.files import safe_filename
 from toolkiln.services.invoke import CallContext
@@ -37,15 +37,18 @@ def list_builtins(who: Reader, svc: Svc) -> dict[str, Any]:
     }
 
 
-@router.post("/builtin-tools/{name}/call")
-def call_builtin(name: str, body: BuiltinCallIn, who: Invoker, svc: Svc) -> dict[str, Any]:
-    """Call a built-in the way a model does: same checks, allowlists and audit as tool code."""
+@router.post("/builtin-tools/{name}/call", responses=models.LONG_WORK)
+async def call_builtin(
+    name: str, body: BuiltinCallIn, who: Invoker, svc: Svc, pool: Calls
+) -> dict[str, Any]:
+    """Call a built-in the way a model does: same checks, allowlists and audit as tool code
+    (``run_code`` takes a place of the workspace's long work)."""
     context = CallContext(
         tool_call_id=body.tool_call_id,
         agent_id=body.agent_id,
         source="llm" if body.agent_id else "api",
     )
-    return {"data": svc.invoke.call_builtin(who, name, body.input, context)}
+    return {"data": await pool(svc.invoke.call_builtin, who, name, body.input, context)}
 
 
 @router.get("/outbox")

@@ -14,12 +14,14 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 
 from toolkiln.api import models
-from toolkiln.api.deps import Svc, Writer
+from toolkiln.api.deps import Svc, Work, Writer
+from toolkiln.api.offload import Offload
 from toolkiln.domain.auth import Principal
 from toolkiln.domain.errors import ToolkilnError
 from toolkiln.domain.problems import scrub
 from toolkiln.services.container import Services
 from toolkiln.services.generate import GenerateRequest
+from toolkiln.services.places import Place
 
 router = APIRouter(prefix="/v1/custom-tools", tags=["generation"])
 log = logging.getLogger("toolkiln.api")
@@ -34,26 +36,41 @@ class _Gone(Exception):
 @router.post(
     "/generate",
     response_model=models.One[models.Draft],
-    responses={200: {"content": {STREAM: {}}, "description": "The draft, or its progress."}},
+    responses={
+        200: {"content": {STREAM: {}}, "description": "The draft, or its progress."},
+        **models.LONG_WORK,
+    },
 )
-async def generate(body: models.GenerateIn, request: Request, who: Writer, svc: Svc) -> Any:
+async def generate(
+    body: models.GenerateIn, request: Request, who: Writer, svc: Svc, pool: Work
+) -> Any:
     """With ``Accept: text/event-stream``: events attempt, validated, example, problems, then
-    draft or error."""
+    draft or error. A generation holds a place of its workspace's long work from its first
+    question to its end (429 when none is free, before any stream starts); it runs off the
+    threads that serve reads (api/offload.py)."""
     wanted = GenerateRequest(body.workspace_id, body.description, body.language, body.name)
+    # The refusals (scope, body, configuration, no place) are plain HTTP, stream or not.
+    await pool(svc.generate.check, who, wanted)
+    # No await from here until a thread owns the place (GenerateService.place).
+    place = svc.generate.place(wanted)
     if STREAM not in request.headers.get("accept", ""):
-        draft = await _plain(svc, who, wanted, request)
+        draft = await _plain(svc, pool, who, wanted, place, request)
         # A client that went away gets no draft (and the response, not sent, no body).
         return {"data": draft} if draft is not None else Response(status_code=204)
-    await anyio.to_thread.run_sync(svc.generate.check, who, wanted)  # plain HTTP refusals
     return StreamingResponse(
-        _events(svc, who, wanted),
+        _events(svc, who, wanted, place),
         media_type=STREAM,
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
 
 
 async def _plain(
-    svc: Services, who: Principal, wanted: GenerateRequest, request: Request
+    svc: Services,
+    pool: Offload,
+    who: Principal,
+    wanted: GenerateRequest,
+    place: Place,
+    request: Request,
 ) -> dict[str, Any] | None:
     """The generation as one answer, in a thread, stopped at its next step when the client
     goes away (its connection closes: the server says ``http.disconnect``), as a stream is:
@@ -74,7 +91,7 @@ async def _plain(
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(watch)
         try:
-            draft = await anyio.to_thread.run_sync(svc.generate.generate, who, wanted, step)
+            draft = await pool(svc.generate.generate, who, wanted, step, place)
         except _Gone:
             pass
         except Exception as exc:
@@ -91,8 +108,12 @@ def _sse(kind: str, data: Any) -> str:
     return f"event: {kind}\ndata: {scrub(json.dumps(data, ensure_ascii=False))}\n\n"
 
 
-async def _events(svc: Services, who: Principal, wanted: GenerateRequest) -> AsyncIterator[str]:
-    """The generation runs in a thread of its own; its events are relayed as they come.
+def _events(
+    svc: Services, who: Principal, wanted: GenerateRequest, place: Place
+) -> AsyncIterator[str]:
+    """The generation runs in a thread of its own, started now, which owns ``place`` and
+    gives it back when the generation ends (a stream the server never starts to send would
+    otherwise keep it); its events are relayed as they come.
 
     The wait for the next event is an asyncio wait, so when the client goes away and the
     server cancels the response, ``gone`` is set at once and the generation stops at its
@@ -115,7 +136,7 @@ async def _events(svc: Services, who: Principal, wanted: GenerateRequest) -> Asy
 
     def work() -> None:
         try:
-            put(("draft", svc.generate.generate(who, wanted, emit)))
+            put(("draft", svc.generate.generate(who, wanted, emit, place)))
         except ToolkilnError as exc:
             put(("error", {"code": exc.code, "message": exc.message, "details": exc.details}))
         except _Gone:
@@ -127,6 +148,12 @@ async def _events(svc: Services, who: Principal, wanted: GenerateRequest) -> Asy
             put(None)
 
     threading.Thread(target=work, name="toolkiln-generate", daemon=True).start()
+    return _relay(out, gone)
+
+
+async def _relay(
+    out: asyncio.Queue[tuple[str, Any] | None], gone: threading.Event
+) -> AsyncIterator[str]:
     try:
         while (item := await out.get()) is not None:
             yield _sse(*item)

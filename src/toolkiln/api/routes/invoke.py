@@ -12,7 +12,7 @@ from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from toolkiln.api import models, serialize
-from toolkiln.api.deps import Invoker, Reader, Svc, Writer, bearer_of
+from toolkiln.api.deps import Invoker, Reader, Svc, Work, Writer, bearer_of
 from toolkiln.api.middleware import content_kind, is_json, replay_body
 from toolkiln.api.offload import Offload
 from toolkiln.api.routes.tools import draft_of
@@ -29,9 +29,15 @@ def runtimes(who: Reader, svc: Svc) -> dict[str, Any]:
     return {"data": svc.system.runtimes()}
 
 
-@router.post("/custom-tools/test", response_model=models.One[models.Result], name="test_tool")
-def test_tool(body: models.ToolTest, who: Writer, svc: Svc) -> dict[str, Any]:
-    result = svc.invoke.test(who, body.workspace_id, draft_of(body), body.input)
+@router.post(
+    "/custom-tools/test",
+    response_model=models.One[models.Result],
+    name="test_tool",
+    responses=models.LONG_WORK,
+)
+async def test_tool(body: models.ToolTest, who: Writer, svc: Svc, pool: Work) -> dict[str, Any]:
+    """A place of the workspace's long work while it runs (429 when none is free)."""
+    result = await pool(svc.invoke.test, who, body.workspace_id, draft_of(body), body.input)
     return {"data": result.as_dict()}
 
 
@@ -144,10 +150,12 @@ class _Asgi:
         await self._app(scope, receive, send)
 
 
-@router.post("/run-code", response_model=models.One[models.Result])
-def run_code(body: models.RunCodeIn, who: Invoker, svc: Svc) -> dict[str, Any]:
+@router.post("/run-code", response_model=models.One[models.Result], responses=models.LONG_WORK)
+async def run_code(body: models.RunCodeIn, who: Invoker, svc: Svc, pool: Work) -> dict[str, Any]:
+    """A place of the workspace's long work while it runs (429 when none is free)."""
     context = CallContext(tool_call_id=body.tool_call_id)
-    return {"data": svc.invoke.run_code(who, body.language, body.code, body.input, context)}
+    run = svc.invoke.run_code
+    return {"data": await pool(run, who, body.language, body.code, body.input, context)}
 
 
 @router.get("/tool-calls/{tool_call_id}", response_model=models.One[models.StoredResult])

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Path, Query, Response
 from pydantic import BaseModel
 
 from toolkiln.api import models, serialize
-from toolkiln.api.deps import Reader, Svc, Writer
+from toolkiln.api.deps import Reader, Svc, Work, Writer
 from toolkiln.domain import limits
 from toolkiln.domain.tools import ToolDraft
 
@@ -34,9 +34,18 @@ def draft_of(body: models.ToolCreate) -> ToolDraft:
     )
 
 
-@router.post("", status_code=201, response_model=models.One[models.Tool], name="create_tool")
-def create_tool(body: models.ToolCreate, who: Writer, svc: Svc) -> dict[str, Any]:
-    tool = svc.tools.create(who, body.workspace_id, draft_of(body), body.allow_failing_tests)
+@router.post(
+    "",
+    status_code=201,
+    response_model=models.One[models.Tool],
+    name="create_tool",
+    responses=models.LONG_WORK,
+)
+async def create_tool(body: models.ToolCreate, who: Writer, svc: Svc, pool: Work) -> dict[str, Any]:
+    """Its test cases run in a place of the workspace's long work (429 when none is free),
+    on the long-work pool (api/offload.py)."""
+    draft = draft_of(body)
+    tool = await pool(svc.tools.create, who, body.workspace_id, draft, body.allow_failing_tests)
     return {"data": serialize.tool(tool)}
 
 
@@ -71,23 +80,33 @@ def get_tool(tool_id: str, who: Reader, svc: Svc) -> dict[str, Any]:
     return {"data": serialize.tool(svc.tools.get(who, tool_id))}
 
 
-@router.patch("/{tool_id}", response_model=models.One[models.Tool], name="update_tool")
-def update_tool(tool_id: str, body: models.ToolPatch, who: Writer, svc: Svc) -> dict[str, Any]:
+@router.patch(
+    "/{tool_id}",
+    response_model=models.One[models.Tool],
+    name="update_tool",
+    responses=models.LONG_WORK,
+)
+async def update_tool(
+    tool_id: str, body: models.ToolPatch, who: Writer, svc: Svc, pool: Work
+) -> dict[str, Any]:
     change = body.model_dump(exclude_unset=True)
     allow = bool(change.pop("allow_failing_tests", False))
     base = change.pop("base_version", None)
-    return {"data": serialize.tool(svc.tools.update(who, tool_id, change, allow, base))}
+    return {"data": serialize.tool(await pool(svc.tools.update, who, tool_id, change, allow, base))}
 
 
-@router.post("/{tool_id}/run-tests", response_model=models.One[models.TestRun])
-def run_tests(
+@router.post(
+    "/{tool_id}/run-tests", response_model=models.One[models.TestRun], responses=models.LONG_WORK
+)
+async def run_tests(
     tool_id: str,
     who: Writer,
     svc: Svc,
+    pool: Work,
     version: Annotated[int | None, Query(ge=1, le=limits.MAX_VERSION)] = None,
 ) -> dict[str, Any]:
     """Run a version's test cases now (the current version by default); nothing is counted."""
-    return {"data": svc.tools.run_tests(who, tool_id, version).as_dict()}
+    return {"data": (await pool(svc.tools.run_tests, who, tool_id, version)).as_dict()}
 
 
 @router.delete("/{tool_id}", status_code=204)
