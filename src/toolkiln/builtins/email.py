@@ -113,6 +113,7 @@ class SendEmail:
             "required": ["to", "subject", "body_text"],
             "additionalProperties": False,
         },
+        effects=True,
     )
 
     def __init__(self, uow: UnitOfWorkFactory, smtp: SmtpConfig | None) -> None:

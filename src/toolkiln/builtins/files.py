@@ -39,6 +39,7 @@ class SurfaceFile:
             "required": ["filename"],
             "additionalProperties": False,
         },
+        effects=True,
     )
 
     def __init__(self, files: FileService) -> None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolkiln.domain.records import Policy
+from toolkiln.domain.results import error
 
 # Time a built-in called from code leaves its caller: the tool must still read the reply and
 # return before its own deadline, or the host stops it as a ``timeout`` of the tool's.
@@ -19,6 +20,19 @@ class BuiltinSpec:
     name: str
     description: str
     input_schema: dict[str, Any]
+    # It acts outside the call (sends, stores, requests): under a dry budget (a generation's
+    # example runs, CONTRACT 9) it answers ``dry_run`` instead (services/dispatch.py).
+    effects: bool = False
+
+
+def dry_run(name: str) -> dict[str, Any]:
+    """The error a call that would act outside a dry run gets instead: ``{"code": "dry_run",
+    "message", "details"}`` (CONTRACT 9)."""
+    message = (
+        f"{name} was not run: a generation's example runs are dry, so nothing is sent, "
+        "stored or called."
+    )
+    return error("dry_run", message, {"name": name, "message": message})
 
 
 @dataclass(slots=True)

@@ -133,6 +133,7 @@ def system_prompt(language: str, runtime: dict[str, Any], builtins: list[Builtin
     tools = "\n".join(
         f"- {b.name}: {b.description} Input schema: {json.dumps(b.input_schema)}" for b in builtins
     )
+    acting = ", ".join([b.name for b in builtins if b.effects] + ["any custom tool"])
     return f"""You write custom tools for Toolkiln, a sandboxed runtime for AI-agent tools.
 Answer only by calling the function {FUNCTION_NAME} with the complete tool.
 
@@ -153,6 +154,8 @@ Rules:
 - examples: 1 to {MAX_EXAMPLES} inputs that show what the tool does, each with "expected":
   the parts of the result that must come out, from status ("ok"), message, raw_data (the
   returned rawData) and error_code. Every example is run in the sandbox and must succeed.
+- Examples run dry: a ctx.tools call to {acting} answers {{"error": "dry_run", ...}}
+  instead of acting. An example that makes one expects what holds either way (status "ok").
 - If you are told of problems, fix all of them and call {FUNCTION_NAME} again with the whole
   tool, not a patch."""
 
@@ -288,11 +291,17 @@ def _said(p: Problem) -> str:
     return f"- {where}: {p.get('message', '')}"
 
 
-def case_of_example(index: int, example: dict[str, Any], result: Result) -> dict[str, Any]:
-    """An example as a test case: its expected, or else what it gave, must come out again."""
+def case_of_example(
+    index: int, example: dict[str, Any], result: Result, dry: bool = False
+) -> dict[str, Any]:
+    """An example as a test case: its expected, or else what it gave, must come out again.
+    ``dry``: a call of its run answered ``dry_run`` (CONTRACT 9), so what it gave is not
+    what the tool gives when it acts; only its expected (or its status) is kept."""
     expect: dict[str, Any] = {"status": "ok"}
     if example.get("expect"):
         expect.update(example["expect"])
+    elif dry:
+        pass
     elif result.raw_data is not None:
         expect["raw_data"] = result.raw_data
     else:

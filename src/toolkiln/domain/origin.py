@@ -4,8 +4,9 @@ A root call (an API invoke, an agent's tool call, an MCP call, ``POST /v1/run-co
 run) makes one ``Origin``. Everything nested under it (``ctx.tools`` calls from its code,
 custom tools those reach, code run through ``run_code``, their own ``ctx`` calls) gets a child
 of it: the same caller and the same ``Budget`` object, a longer chain, its own call id. So
-the 50-call budget, the deadline, the recursion guard, the policy read and the memory share
-cover the whole tree, whichever path a call takes.
+the 50-call budget, the deadline, the recursion guard, the policy read, the memory share and
+whether the call is dry (a generation's example: nothing acts outside it) cover the whole
+tree, whichever path a call takes.
 """
 
 from __future__ import annotations
@@ -45,6 +46,18 @@ class Budget:
     policy: Policy | None = None  # read once: with an invoked tool, else at its first use
     share: ResourceShare = field(default_factory=ResourceShare)
     counting: bool = True  # False under a test run: nothing nested is counted or stored
+    # True under a generation's example runs (CONTRACT 9): every call in the tree that
+    # would act outside it (a built-in with effects, a custom tool) answers ``dry_run``.
+    dry: bool = False
+    held_back: int = 0  # calls answered ``dry_run`` so far
+
+    def holds_back(self, acts: bool) -> bool:
+        """Whether a call that ``acts`` outside the call is answered ``dry_run`` instead
+        (counted): the one rule the router and the built-ins' dispatch both ask."""
+        if self.dry and acts:
+            self.held_back += 1
+            return True
+        return False
 
     @classmethod
     def lasting(cls, ms: int) -> Budget:

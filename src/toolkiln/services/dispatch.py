@@ -1,6 +1,8 @@
 """Built-in tools behind the router: input checked against the built-in's schema, the
 workspace policy applied, the call audited (source ``llm``, ``code`` or ``api``) with its cost
-and outcome. Only the router calls this; whoever the caller is, the path is the same."""
+and outcome. Only the router calls this; whoever the caller is, the path is the same. Under a
+dry budget (a generation's example runs) a built-in whose spec has ``effects`` is not run:
+it answers ``dry_run``, decided here, not by each built-in."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import math
 import time
 from typing import Any
 
-from toolkiln.domain.builtin import BuiltinCall, BuiltinFailure, BuiltinSpec
+from toolkiln.domain.builtin import BuiltinCall, BuiltinFailure, BuiltinSpec, dry_run
 from toolkiln.domain.errors import ServiceUnavailable
 from toolkiln.domain.origin import Origin
 from toolkiln.domain.problems import scrub
@@ -72,6 +74,8 @@ class Builtins:
         if problems := input_problems(self._validators[name], payload):
             err = error("invalid_input", "The input does not match the schema.", problems)
             result = refused(origin.call_id, None, None, err)
+        elif origin.budget.holds_back(tool.spec.effects):
+            result = refused(origin.call_id, None, None, dry_run(name))
         else:
             result = self._run(tool, name, payload, call, origin.call_id)
         result.duration_ms = round((time.perf_counter() - started) * 1000, 3)

@@ -6,7 +6,10 @@ its ``expected``; send every problem back as the answer to that call and ask aga
 the configured number of proposals. Nothing is saved but one audit row.
 
 A generation holds one place of its workspace's long work from the first question to the
-draft (``services/places.py``).
+draft (``services/places.py``). Its example runs share one budget, and that budget is dry:
+a built-in with effects or a custom tool reached from an example answers ``dry_run``
+(CONTRACT 9), so a proposal cannot send, store or call anything, however many examples it
+gives and however often it is asked again.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from toolkiln.domain.generation import (
     user_prompt,
 )
 from toolkiln.domain.limits import MAX_BODY_BYTES, MIN_TIMEOUT_MS
+from toolkiln.domain.origin import Budget
 from toolkiln.domain.problems import Problem, problem, scrub_all, text_problems
 from toolkiln.domain.records import AuditRow
 from toolkiln.domain.results import Result
@@ -94,6 +98,12 @@ class Usage:
         }
 
 
+def _examples_budget() -> Budget:
+    """What all the example runs of one generation share, over every attempt: this much
+    time, one count of ctx calls, and dryness."""
+    return Budget(time.monotonic() + CASES_BUDGET_S, dry=True)
+
+
 @dataclass(slots=True)
 class _Run:
     """One generation under way: who asks, what it cost, where progress goes."""
@@ -104,8 +114,7 @@ class _Run:
     usage: Usage
     attempts: int = 0
     name: str | None = None
-    # All the example runs of one generation, over every attempt, share this much time.
-    sandbox_deadline: float = field(default_factory=lambda: time.monotonic() + CASES_BUDGET_S)
+    budget: Budget = field(default_factory=_examples_budget)
 
 
 class GenerateService:
@@ -247,16 +256,20 @@ class GenerateService:
             return None, [problem("name", taken)]
         run.on_event("validated", {"attempt": run.attempts, "name": proposal.draft.name})
         results: list[Result] = []
+        dried: list[bool] = []
         for i, example in enumerate(proposal.examples):
-            left_ms = int((run.sandbox_deadline - time.monotonic()) * 1000)
+            left_ms = run.budget.left_ms()
             if left_ms < MIN_TIMEOUT_MS:
                 spent = f"not run: this generation's {CASES_BUDGET_S:g} s of sandbox time is spent"
                 problems.append(problem(f"examples.{i}", spent))
                 break
             timed = replace(proposal.draft, timeout_ms=min(proposal.draft.timeout_ms, left_ms))
+            held_back = run.budget.held_back
             result = self._tools.cases.run_one(
-                run.principal, request.workspace_id, timed, example["input"]
+                run.principal, request.workspace_id, timed, example["input"], run.budget
             )
+            # What a dry run gave is not what the tool gives: not its test case's expectation.
+            dried.append(run.budget.held_back > held_back)
             run.usage.sandbox_runs += 1
             found = example_problems(i, example, result)
             run.on_event(
@@ -274,7 +287,7 @@ class GenerateService:
             results.append(result)
         if problems:
             return None, problems
-        draft = _draft(proposal, schema, results, run)
+        draft = _draft(proposal, schema, results, dried, run)
         problems = _saving_problems(draft, request.workspace_id)
         if problems:
             return None, problems
@@ -298,7 +311,11 @@ class GenerateService:
 
 
 def _draft(
-    proposal: Proposal, schema: dict[str, Any], results: list[Result], run: _Run
+    proposal: Proposal,
+    schema: dict[str, Any],
+    results: list[Result],
+    dried: list[bool],
+    run: _Run,
 ) -> dict[str, Any]:
     d = proposal.draft
     return {
@@ -314,8 +331,10 @@ def _draft(
             for example, result in zip(proposal.examples, results, strict=True)
         ],
         "test_cases": [
-            case_of_example(i, example, result)
-            for i, (example, result) in enumerate(zip(proposal.examples, results, strict=True))
+            case_of_example(i, example, result, dry)
+            for i, (example, result, dry) in enumerate(
+                zip(proposal.examples, results, dried, strict=True)
+            )
         ],
         "attempts": run.attempts,
         "usage": run.usage.as_dict(),

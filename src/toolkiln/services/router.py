@@ -16,7 +16,7 @@ from collections import OrderedDict
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Literal
 
-from toolkiln.domain.builtin import RUN_CODE_SPEC, BuiltinSpec
+from toolkiln.domain.builtin import RUN_CODE_SPEC, BuiltinSpec, dry_run
 from toolkiln.domain.code_check import check_code, entrypoint_of
 from toolkiln.domain.codemode import PROGRAM_TIMEOUT_MS, RUN_PROGRAM, RUN_PROGRAM_SCHEMA
 from toolkiln.domain.errors import ServiceUnavailable
@@ -191,6 +191,8 @@ class Router:
             chain = [*origin.chain, tool.id]
             err = error("recursion", "A tool may not reach itself.", {"chain": chain})
             return "refused", refused(origin.call_id, tool.id, tool.version, err)
+        if origin.budget.holds_back(acts=True):  # a custom tool may act outside the call
+            return "refused", refused(origin.call_id, tool.id, tool.version, dry_run(name[:64]))
         if not nested:
             return "custom", self.run_tool(origin, tool, payload, read_at=read_at)
         result = self.run_tool(origin.nested(new_id()), tool, payload, read_at=read_at)
