@@ -9,11 +9,15 @@ the script and records the request (headers and JSON body). Steps:
 - ``fail(status)``: an HTTP error with an OpenAI-style error body;
 - ``hang()``: accept the request and answer nothing until ``release()`` (or ``close()``);
 - ``trickle()``: send the status and headers, then one byte of the body every half second
-  until released: each read is quick, the answer never completes;
+  until released: each read is quick, the answer never completes (``wait_dropped`` tells
+  when the client closed the connection);
 - ``held(step)``: hold the request until ``release()``, then answer it as ``step`` would
   (a model that is slow to answer);
 - ``raw(body)``: HTTP 200 with this JSON body as it is (a dict, list or string), to send
-  what no chat completion looks like.
+  what no chat completion looks like;
+- ``huge(size)``: HTTP 200 with a valid chat completion whose text is ``size`` bytes, sent
+  in chunks with no length (it ends when the connection does); ``sent_bytes`` counts what
+  the server managed to send before the client stopped reading.
 
 When the script runs out the server answers 500 ``script exhausted``, so a test sees any
 request it did not plan for. Usage::
@@ -79,6 +83,10 @@ def raw(body: Any) -> Step:
     return Step("raw", body=body)
 
 
+def huge(size: int) -> Step:
+    return Step("huge", status=size)
+
+
 @dataclass
 class Recorded:
     path: str
@@ -97,6 +105,8 @@ class _State:
     released: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
     hanging: threading.Event = field(default_factory=threading.Event)
+    sent: int = 0  # bytes of huge() bodies sent
+    dropped: threading.Event = field(default_factory=threading.Event)  # a trickle's reader left
 
 
 class ScriptedModel:
@@ -126,6 +136,17 @@ class ScriptedModel:
             self._state.requests.clear()
             self._state.released = threading.Event()
             self._state.hanging = threading.Event()
+            self._state.sent = 0
+            self._state.dropped = threading.Event()
+
+    @property
+    def sent_bytes(self) -> int:
+        with self._state.lock:
+            return self._state.sent
+
+    def wait_dropped(self, timeout: float = 30.0) -> bool:
+        """True once the client of a ``trickle()`` closed its connection."""
+        return self._state.dropped.wait(timeout)
 
     def wait_hanging(self, timeout: float = 30.0) -> bool:
         """True once a request is being held by ``hang()``."""
@@ -172,9 +193,31 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.write(b" ")
                 self.wfile.flush()
             except OSError:  # the client gave up
+                self.state.dropped.set()
                 return
             if released.wait(TRICKLE_EVERY_S):
                 return
+
+    def _huge(self, size: int) -> None:
+        head = (
+            b'{"id": "chatcmpl-huge", "object": "chat.completion", "created": 0, "model": "m", '
+            b'"choices": [{"index": 0, "finish_reason": "stop", "message": '
+            b'{"role": "assistant", "content": "'
+        )
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        chunk = b"a" * 65536
+        parts = [head, *[chunk] * (size // len(chunk)), b"a" * (size % len(chunk)), b'"}}]}']
+        for part in parts:
+            try:
+                self.wfile.write(part)
+            except OSError:  # the client stopped reading and closed
+                return
+            with self.state.lock:
+                self.state.sent += len(part)
 
     def do_POST(self) -> None:
         raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
@@ -201,6 +244,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._trickle(released, hanging)
         elif step.kind == "raw":
             self._send(200, step.body)
+        elif step.kind == "huge":
+            self._huge(step.status)
         elif step.kind == "fail":
             self._send(
                 step.status, {"error": {"message": "scripted failure", "type": "server_error"}}

@@ -160,6 +160,7 @@ def _chat_model(settings: Settings) -> ChatModel | None:
         settings.llm_model,
         key.get_secret_value() if key else None,
         settings.llm_timeout_s,
+        settings.llm_max_answer_bytes,
     )
 
 

@@ -15,6 +15,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from toolkiln.domain.errors import ServiceUnavailable
+from toolkiln.domain.limits import LLM_ANSWER_BYTES
 from toolkiln.services import places
 
 SEARCH_PROVIDERS = ("searxng", "brave")
@@ -67,6 +68,7 @@ class Settings(BaseSettings):
     llm_model: str | None = None
     llm_max_attempts: int = Field(3, ge=1, le=10)
     llm_timeout_s: float = Field(60.0, gt=0, le=600)
+    llm_max_answer_bytes: int = Field(LLM_ANSWER_BYTES, ge=64 * 1024, le=256 * 1024 * 1024)
     long_work_per_workspace: int = Field(places.PER_WORKSPACE, ge=1, le=256)
     long_work_total: int = Field(places.TOTAL, ge=1, le=1024)
     long_work_retry_after_s: int = Field(places.RETRY_AFTER_S, ge=1, le=3600)

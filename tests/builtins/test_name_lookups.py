@@ -1,4 +1,4 @@
-"""A built-in's peers are looked up within the calling call's time (builtins/net.py): a
+"""A built-in's peers are looked up within the calling call's time (outbound/lookup.py): a
 resolver that never answers cannot hold a call past its ``timeout_ms``, nor hold up the
 mail a tool sends to a server named by its address (``smtplib`` looks this host's own name
 up for EHLO, without a timeout).

@@ -3,6 +3,9 @@
 Recipients (to, cc) must match the workspace's ``email_allowlist`` (an address, or a whole
 domain). Header values may not contain line breaks, so nothing can be injected into the
 message's headers; the message is built by :mod:`email.message`, which refuses them too.
+
+An SMTP conversation is over by its deadline as a whole, and the server's replies are read
+up to ``SMTP_MAX_REPLY_BYTES`` in all (``outbound/cap.py``).
 """
 
 from __future__ import annotations
@@ -18,15 +21,19 @@ from email.utils import make_msgid, parseaddr
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from toolkiln.builtins import net
 from toolkiln.domain.builtin import BuiltinCall, BuiltinFailure, BuiltinSpec
 from toolkiln.domain.ids import new_id, utcnow
+from toolkiln.outbound import lookup
+from toolkiln.outbound.cap import ByteCap, TooLarge
 from toolkiln.services.ports import UnitOfWorkFactory
 
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer, WriteableBuffer
 
 SMTP_CAP_S = 20.0  # the whole SMTP conversation, whatever the caller's time
+# What the server may send in one conversation, all its replies together (a handful of
+# lines each; smtplib caps each line, not how many a reply has).
+SMTP_MAX_REPLY_BYTES = 1024 * 1024
 ADDRESS = {"type": "string", "minLength": 3, "maxLength": 320}
 ADDRESSES = {"anyOf": [ADDRESS, {"type": "array", "items": ADDRESS, "minItems": 1, "maxItems": 50}]}
 
@@ -204,19 +211,27 @@ class SendEmail:
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
         context.sslsocket_class = _UntilSSLSocket
+        cap = ByteCap(SMTP_MAX_REPLY_BYTES)
         try:
             client: smtplib.SMTP
             if cfg.tls:
-                client = _UntilSMTPSSL(until, cfg.host, cfg.port, context)
+                client = _UntilSMTPSSL(until, cap, cfg.host, cfg.port, context)
             else:
-                client = _UntilSMTP(until, cfg.host, cfg.port)
+                client = _UntilSMTP(until, cap, cfg.host, cfg.port)
             with client:
                 if cfg.starttls:
                     client.starttls(context=context)
                 if cfg.username:
                     client.login(cfg.username, cfg.password or "")
                 client.send_message(msg, from_addr=cfg.sender, to_addrs=to + cc)
-        except (smtplib.SMTPException, OSError) as exc:
+        except (smtplib.SMTPException, OSError, TooLarge) as exc:
+            # Over the cap, whatever the QUIT on the way out then made of the rest.
+            if cap.exceeded:
+                raise BuiltinFailure(
+                    "delivery_failed",
+                    f"The SMTP server's replies were over {cap.max_bytes} bytes.",
+                    {"reason": "too_large", "max_bytes": cap.max_bytes},
+                ) from None
             # smtplib reports a read that ran out of time as a lost connection.
             if time.monotonic() >= until - 0.05:
                 raise _OutOfTime from None
@@ -243,17 +258,23 @@ def _left(until: float) -> float:
 
 class _UntilSocket(socket.socket):
     """A socket whose every read and write waits at most until ``until``, so the deadline
-    holds for the conversation as a whole, not for each operation."""
+    holds for the conversation as a whole, not for each operation; what it reads is
+    charged to the conversation's ``cap``."""
 
     until = float("inf")
+    cap = ByteCap(SMTP_MAX_REPLY_BYTES)  # replaced by the conversation's own
 
     def recv_into(self, buffer: WriteableBuffer, nbytes: int = 0, flags: int = 0) -> int:
         self.settimeout(_left(self.until))
-        return super().recv_into(buffer, nbytes, flags)
+        n = super().recv_into(buffer, nbytes, flags)
+        self.cap.take(n)
+        return n
 
     def recv(self, bufsize: int, flags: int = 0) -> bytes:
         self.settimeout(_left(self.until))
-        return super().recv(bufsize, flags)
+        data = super().recv(bufsize, flags)
+        self.cap.take(len(data))
+        return data
 
     def sendall(self, data: ReadableBuffer, flags: int = 0) -> None:
         self.settimeout(_left(self.until))  # sendall's timeout bounds the whole send
@@ -265,14 +286,19 @@ class _UntilSSLSocket(ssl.SSLSocket):
     handshake runs with the plain socket's timeout, set to the time left just before."""
 
     until = float("inf")
+    cap = ByteCap(SMTP_MAX_REPLY_BYTES)  # replaced by the conversation's own
 
     def recv_into(self, buffer: WriteableBuffer, nbytes: int | None = None, flags: int = 0) -> int:
         self.settimeout(_left(self.until))
-        return super().recv_into(buffer, nbytes, flags)
+        n = super().recv_into(buffer, nbytes, flags)
+        self.cap.take(n)
+        return n
 
     def recv(self, buflen: int = 1024, flags: int = 0) -> bytes:
         self.settimeout(_left(self.until))
-        return super().recv(buflen, flags)
+        data = super().recv(buflen, flags)
+        self.cap.take(len(data))
+        return data
 
     def send(self, data: ReadableBuffer, flags: int = 0) -> int:  # sendall sends in parts
         self.settimeout(_left(self.until))
@@ -282,29 +308,31 @@ class _UntilSSLSocket(ssl.SSLSocket):
 class _UntilSMTP(smtplib.SMTP):
     """Connects (and reads the greeting) when made, over an ``_UntilSocket``."""
 
-    def __init__(self, until: float, host: str, port: int) -> None:
-        self.until = until
-        name = net.ehlo_name(until)
+    def __init__(self, until: float, cap: ByteCap, host: str, port: int) -> None:
+        self.until, self.cap = until, cap
+        name = lookup.ehlo_name(until)
         super().__init__(host, port, local_hostname=name, timeout=_left(until))
 
     def _get_socket(self, host: str, port: int, timeout: float) -> socket.socket:
-        raw = net.connect(host, port, self.until, self.source_address)
+        raw = lookup.connect(host, port, self.until, self.source_address)
         sock = _UntilSocket(fileno=raw.detach())
-        sock.until = self.until
+        sock.until, sock.cap = self.until, self.cap
         sock.settimeout(_left(self.until))
         return sock
 
     def starttls(self, *args: Any, **kwargs: Any) -> tuple[int, bytes]:
         reply = super().starttls(*args, **kwargs)
         if isinstance(self.sock, _UntilSSLSocket):
-            self.sock.until = self.until
+            self.sock.until, self.sock.cap = self.until, self.cap
         return reply
 
 
 class _UntilSMTPSSL(smtplib.SMTP_SSL, _UntilSMTP):
-    def __init__(self, until: float, host: str, port: int, context: ssl.SSLContext) -> None:
-        self.until = until
-        name = net.ehlo_name(until)
+    def __init__(
+        self, until: float, cap: ByteCap, host: str, port: int, context: ssl.SSLContext
+    ) -> None:
+        self.until, self.cap = until, cap
+        name = lookup.ehlo_name(until)
         smtplib.SMTP_SSL.__init__(
             self, host, port, local_hostname=name, timeout=_left(until), context=context
         )
@@ -312,5 +340,5 @@ class _UntilSMTPSSL(smtplib.SMTP_SSL, _UntilSMTP):
     def _get_socket(self, host: str, port: int, timeout: float) -> socket.socket:
         sock = super()._get_socket(host, port, timeout)  # _UntilSMTP's, wrapped in TLS
         if isinstance(sock, _UntilSSLSocket):
-            sock.until = self.until
+            sock.until, sock.cap = self.until, self.cap
         return sock

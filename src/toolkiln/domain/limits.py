@@ -20,3 +20,6 @@ DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
 MAX_VERSION = 2**31 - 1  # version numbers are 32-bit integers in the database
 MAX_CTX_NAME_CHARS = 128  # a name a ctx.tools call may give (a tool name, or custom_{id})
+
+# What is read of an answer from outside before it is refused (toolkiln/outbound/).
+LLM_ANSWER_BYTES = 8 * 1024 * 1024  # default of TOOLKILN_LLM_MAX_ANSWER_BYTES

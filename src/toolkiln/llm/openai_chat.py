@@ -1,26 +1,30 @@
 """Any OpenAI-compatible chat-completions endpoint (OpenAI, vLLM, llama.cpp, Ollama) through
 the official ``openai`` SDK.
 
-The timeout bounds the whole request: the SDK's own timeout applies to connecting and to
-each read, so an endpoint that trickles bytes would outlast it; the call therefore runs in a
-thread of its own and is abandoned (reported as a timeout) when its time is up.
+The SDK sends through Toolkiln's capped client (``outbound/http.py``, given as its
+``http_client``): the whole request, its name lookup and every read included, is over by
+the timeout (an endpoint that trickles bytes cannot outlast it), and the answer is read
+as it comes, up to ``max_answer_bytes``: a larger one is refused (``llm_unavailable``,
+reason ``too_large``) when the cap is reached, before it is held whole.
 
 Only Toolkiln's own settings configure it: the SDK's habit of filling the organisation,
 project and admin key from ``OPENAI_*`` environment variables is undone, so nothing the
-operator set for another program travels to this endpoint. Errors never quote the
-endpoint's answer, its address or the key.
+operator set for another program travels to this endpoint (nor do proxy variables: the
+capped client reads none). Errors never quote the endpoint's answer, its address or the key.
 """
 
 from __future__ import annotations
 
 import json
-import threading
-from typing import Any
+from typing import Any, cast
 
 import openai
 
 from toolkiln.domain.errors import LlmUnavailable
 from toolkiln.domain.generation import ChatReply, ToolCall
+from toolkiln.domain.limits import LLM_ANSWER_BYTES
+from toolkiln.outbound.cap import TooLarge
+from toolkiln.outbound.http import Compressed, capped_client
 
 # Local servers need no key, but the SDK refuses to send a request without one.
 NO_KEY = "none"
@@ -29,7 +33,14 @@ NO_KEY = "none"
 class OpenAIChat:
     """One client per service; ``max_retries=0`` because a failure is reported, not hidden."""
 
-    def __init__(self, base_url: str, model: str, api_key: str | None, timeout_s: float) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str | None,
+        timeout_s: float,
+        max_answer_bytes: int = LLM_ANSWER_BYTES,
+    ) -> None:
         self._model = model
         self._timeout_s = timeout_s
         self._client = openai.OpenAI(
@@ -37,6 +48,9 @@ class OpenAIChat:
             api_key=api_key or NO_KEY,
             timeout=timeout_s,
             max_retries=0,
+            # The SDK's own client is httpx2; it takes an httpx.Client as well (it says so
+            # when given anything else), and the capped client is httpx's.
+            http_client=cast(Any, capped_client(max_bytes=max_answer_bytes, total_s=timeout_s)),
         )
         self._client.organization = None
         self._client.project = None
@@ -52,34 +66,23 @@ class OpenAIChat:
         tools: list[dict[str, Any]],
         tool_choice: dict[str, Any],
     ) -> ChatReply:
-        outcome: dict[str, Any] = {}
-        done = threading.Event()
-
-        def call() -> None:
-            try:
-                # The SDK types messages as TypedDicts; ours are the same shapes as plain dicts.
-                create: Any = self._client.chat.completions.create
-                outcome["response"] = create(
-                    model=self._model, messages=messages, tools=tools, tool_choice=tool_choice
-                )
-            except Exception as exc:
-                outcome["error"] = exc
-            finally:
-                done.set()
-
-        # A daemon thread: one abandoned on a trickling endpoint never holds up shutdown.
-        threading.Thread(target=call, name="toolkiln-llm", daemon=True).start()
-        if not done.wait(self._timeout_s):
-            raise LlmUnavailable(
-                f"The model endpoint did not answer within {self._timeout_s:g} s.",
-                {"reason": "timeout"},
+        try:
+            # The SDK types messages as TypedDicts; ours are the same shapes as plain dicts.
+            create: Any = self._client.chat.completions.create
+            response = create(
+                model=self._model, messages=messages, tools=tools, tool_choice=tool_choice
             )
-        if "error" in outcome:
-            raise self._unavailable(outcome["error"])
-        return _reply(outcome["response"])
+        except Exception as exc:
+            raise self._unavailable(exc) from None
+        return _reply(response)
 
     def _unavailable(self, exc: Exception) -> LlmUnavailable:
         """What the caller is told: never the endpoint's own words, address or key."""
+        if isinstance(exc, TooLarge):
+            return LlmUnavailable(
+                f"The model endpoint's answer is over {exc.max_bytes} bytes; it was not read.",
+                {"reason": "too_large", "max_bytes": exc.max_bytes},
+            )
         if isinstance(exc, openai.APITimeoutError):
             return LlmUnavailable(
                 f"The model endpoint did not answer within {self._timeout_s:g} s.",
@@ -93,6 +96,11 @@ class OpenAIChat:
         if isinstance(exc, openai.APIConnectionError):
             return LlmUnavailable(
                 "The model endpoint could not be reached.", {"reason": "connection"}
+            )
+        if isinstance(exc, Compressed):
+            return LlmUnavailable(
+                "The model endpoint's answer is compressed, though it was asked for none.",
+                {"reason": "bad_response", "type": "Compressed"},
             )
         # A body that is no chat completion, among others.
         return LlmUnavailable(

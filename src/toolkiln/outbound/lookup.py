@@ -1,5 +1,5 @@
-"""Looking up the peers the built-ins talk to (the SMTP server, the search provider) within
-the built-in's deadline.
+"""Looking up the peers the service talks to (the SMTP server, the search provider, the
+model endpoint) within the caller's deadline.
 
 ``socket.create_connection`` and httpcore resolve a name with ``getaddrinfo``, which no
 timeout bounds: a resolver that does not answer held the calling thread for the resolver's
