@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 from fastapi import FastAPI
 
-from toolkiln import web
+from toolkiln import logs, web
 from toolkiln.api.app import create_app
 from toolkiln.builtins.calculate import Calculate
 from toolkiln.builtins.email import SendEmail, SmtpConfig
@@ -69,6 +69,26 @@ class Runtime:
         self.database.dispose()
 
 
+def _keep_out_of_logs(settings: Settings) -> None:
+    """Every credential the settings hold, redacted from every log line (toolkiln/logs.py)."""
+    logs.install()
+    for secret in (
+        settings.bootstrap_token,
+        settings.metrics_token,
+        settings.llm_api_key,
+        settings.search_api_key,
+        settings.file_signing_key,
+    ):
+        if secret is not None:
+            logs.protect(secret.get_secret_value())
+    # Endpoints whose path may hold a token (a gateway's /t0k3n.../v1): those segments too.
+    for url in (settings.llm_base_url, settings.search_url):
+        logs.protect(*logs.secrets_of_url(url))
+    smtp = settings.smtp_url.get_secret_value() if settings.smtp_url else None
+    for url in (smtp, settings.database_url):
+        logs.protect(*logs.credentials_of_url(url))
+
+
 def _signing_key(settings: Settings, database: Database) -> bytes:
     """The key of file links: TOOLKILN_FILE_SIGNING_KEY, else one generated once and kept in
     the database, so every replica signs and accepts the same links (CONTRACT 11)."""
@@ -80,6 +100,7 @@ def _signing_key(settings: Settings, database: Database) -> bytes:
 
 def build(settings: Settings, *, migrate: bool = True, sandbox: bool = True) -> Runtime:
     """``sandbox=False`` for CLI commands that only touch the database."""
+    _keep_out_of_logs(settings)
     settings.ensure_data_dir()
     use_searcher(patterns.shared())  # a tool's regular expressions, out of the service's way
     database = Database(settings.resolved_database_url(), pool_size=settings.db_pool_size)
@@ -102,7 +123,9 @@ def build(settings: Settings, *, migrate: bool = True, sandbox: bool = True) -> 
         )
     runners: dict[str, CodeRunner] = dict(sandboxes)
     uow = database.transaction
-    files = FileService(uow, _signing_key(settings, database), settings.resolved_public_url())
+    signing_key = _signing_key(settings, database)
+    logs.protect(signing_key.decode())
+    files = FileService(uow, signing_key, settings.resolved_public_url())
     runs = Runs(uow, runners)
     places = Places(
         PlacesConfig(

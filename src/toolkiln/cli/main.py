@@ -196,8 +196,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Alembic logs each step at INFO; a start that migrates says so in one line instead
     # (toolkiln.app.build; `migrate` prints it), as docs/configuration.md has it.
     logging.getLogger("alembic").setLevel(logging.WARNING)
-    # httpx logs every request's URL at INFO: the search provider's, a password in it too.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    # The HTTP clients' loggers are quieted, and every record redacted, by toolkiln.logs
+    # (installed by toolkiln.app.build).
     try:
         runtime = _start(args)
     except ToolkilnError as exc:
