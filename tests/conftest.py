@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -166,9 +166,10 @@ def own_service(
 
 
 @contextmanager
-def serving(rt: Runtime) -> Iterator[str]:
+def serving(rt: Runtime, wrap: Callable[[Any], Any] | None = None) -> Iterator[str]:
     """The runtime's app on a real uvicorn on a free loopback port: its base URL, until the
-    block ends (the runtime stays open; its owner closes it)."""
+    block ends (the runtime stays open; its owner closes it). ``wrap``: an ASGI middleware
+    of the test's own around the app."""
     import socket
     import threading
     import time
@@ -180,8 +181,9 @@ def serving(rt: Runtime) -> Iterator[str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])
+    app = build_app(rt, close_on_exit=False)
     server = uvicorn.Server(
-        uvicorn.Config(build_app(rt, close_on_exit=False), port=port, log_level="warning")
+        uvicorn.Config(wrap(app) if wrap else app, port=port, log_level="warning")
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -22,11 +22,13 @@ from toolkiln.config import Settings
 from toolkiln.domain.schema import use_searcher
 from toolkiln.mcp_server.http import McpHttp
 from toolkiln.sandbox import patterns
+from toolkiln.sandbox.checks import CheckerPool
 from toolkiln.sandbox.js_runner import JavaScriptSandbox
 from toolkiln.sandbox.packages import JsPackageStore, PackageStore
 from toolkiln.sandbox.runner import Limits, PythonSandbox
 from toolkiln.services.access import AccessService
 from toolkiln.services.agents import AgentService
+from toolkiln.services.analysis import CachedAnalyser
 from toolkiln.services.audit import AuditService
 from toolkiln.services.background import Loop, Supervisor
 from toolkiln.services.container import Services
@@ -56,6 +58,7 @@ class Runtime:
     database: Database
     services: Services
     sandboxes: dict[str, Any] = field(default_factory=dict)
+    checks: CheckerPool | None = None  # where tool code is parsed (sandbox/checks.py)
 
     def loops(self) -> dict[str, Loop]:
         """The background loops a long-running process of this runtime keeps (``serve``,
@@ -66,6 +69,8 @@ class Runtime:
         for sandbox in self.sandboxes.values():
             sandbox.close()
         self.sandboxes.clear()
+        if self.checks is not None:
+            self.checks.close()
         self.database.dispose()
 
 
@@ -122,6 +127,12 @@ def build(settings: Settings, *, migrate: bool = True, sandbox: bool = True) -> 
             name="js",
         )
     runners: dict[str, CodeRunner] = dict(sandboxes)
+    # Tool code is parsed in checker processes only, each text once per workspace; started
+    # on first use by commands that only touch the database.
+    checks = CheckerPool(strict=not settings.sandbox_insecure)
+    if sandbox:
+        checks.warm()
+    analyser = CachedAnalyser(checks)
     uow = database.transaction
     signing_key = _signing_key(settings, database)
     logs.protect(signing_key.decode())
@@ -134,9 +145,9 @@ def build(settings: Settings, *, migrate: bool = True, sandbox: bool = True) -> 
             settings.long_work_retry_after_s,
         )
     )
-    router = Router(uow, Builtins(_builtins(settings, uow, files)), runs, places)
+    router = Router(uow, Builtins(_builtins(settings, uow, files)), runs, analyser, places)
     drafts = DraftRunner(router, runs)  # test runs and test cases: uncounted runs of a draft
-    tools = ToolService(uow, CaseRunner(drafts.run, places=places), runs.prepare)
+    tools = ToolService(uow, analyser, CaseRunner(drafts.run, places=places), runs.prepare)
     invoke = InvokeService(uow, router, tools, drafts, places)
     background = Supervisor()
     system = SystemService(
@@ -167,7 +178,7 @@ def build(settings: Settings, *, migrate: bool = True, sandbox: bool = True) -> 
         background=background,
         places=places,
     )
-    return Runtime(settings, database, services, sandboxes)
+    return Runtime(settings, database, services, sandboxes, checks)
 
 
 def _chat_model(settings: Settings) -> ChatModel | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from toolkiln.domain.code_check import check_code, entrypoint_of
+from toolkiln.domain.code_check import analyse
 from toolkiln.domain.schema import check_schema, parameters_to_schema, schema_to_parameters
 from toolkiln.domain.tools import check_name
 
@@ -38,18 +38,39 @@ def test_schemas_beyond_the_parameters_form_have_no_parameters_view() -> None:
 
 
 def test_python_entrypoints() -> None:
-    assert check_code("python", "async def handle(input, ctx):\n    return 1\n") == []
-    assert entrypoint_of("python", "def main(**p):\n    return {}\n") == "main"
-    assert entrypoint_of("python", "async def handle(i, c):\n    return {}\n") == "handle"
-    assert check_code("python", "class main:\n    pass\n")[0]["field"] == "code"
+    assert analyse("python", "async def handle(input, ctx):\n    return 1\n").problems == ()
+    assert analyse("python", "def main(**p):\n    return {}\n").entrypoint == "main"
+    assert analyse("python", "async def handle(i, c):\n    return {}\n").entrypoint == "handle"
+    assert analyse("python", "class main:\n    pass\n").problems[0]["field"] == "code"
     deep = "x = " + "(" * 5000 + "1" + ")" * 5000 + "\ndef main(**p):\n    return x\n"
-    assert check_code("python", deep)[0]["field"] == "code"
+    assert analyse("python", deep).problems[0]["field"] == "code"
+    # Past the parser's nesting limit CPython raises MemoryError: a problem of the code here.
+    unary = "x = " + "-" * 20000 + "1\ndef main(**p):\n    return x\n"
+    assert "nests too deeply" in analyse("python", unary).problems[0]["message"]
 
 
 def test_javascript_entrypoints() -> None:
-    assert check_code("javascript", "export function main(p, ctx) { return {message: 'x'} }") == []
-    assert entrypoint_of("javascript", "async function handle(i, c) { return 1 }") == "handle"
-    assert check_code("javascript", "function main(p) { return [1,2,,] }") == []
+    found = analyse("javascript", "export function main(p, ctx) { return {message: 'x'} }")
+    assert found.problems == () and found.script.startswith("       function main")
+    assert analyse("javascript", "async function handle(i, c) { return 1 }").entrypoint == "handle"
+    assert analyse("javascript", "function main(p) { return [1,2,,] }").problems == ()
+
+
+def test_javascript_imports_become_requires_on_their_own_lines() -> None:
+    code = (
+        "import _ from 'lodash';\nimport * as z from 'zod'\n"
+        "import dayjs, { a as b, c } from 'dayjs';\nimport 'side';\n"
+        "export async function handle(i, c) {\n"
+        "  const y = require('other'); if (i) { require('deep') }\n  return require(`t`) }\n"
+    )
+    found = analyse("javascript", code)
+    assert found.script.splitlines()[:4] == [
+        "const _ = __tk_default(require('lodash'));",
+        "const z = require('zod');",
+        "const dayjs = __tk_default(require('dayjs')); const { a: b, c } = require('dayjs');",
+        "require('side');",
+    ]
+    assert sorted(found.imports) == ["dayjs", "deep", "lodash", "other", "side", "zod"]
 
 
 def test_names() -> None:

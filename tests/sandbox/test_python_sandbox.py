@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.sandbox.links import NoCtx
+from tests.sandbox.links import NoCtx, analysed
 from toolkiln.domain.execution import RunRequest
 from toolkiln.sandbox import runner as runner_module
 from toolkiln.sandbox.jail.protocol import Caps
@@ -35,7 +35,7 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PythonSandbox]
 
 
 def run(sb: PythonSandbox, code: str, timeout_ms: int = 5000):
-    return sb.run(RunRequest("python", code, "handle", {}, timeout_ms), NoCtx())
+    return sb.run(analysed("python", code, timeout_ms), NoCtx())
 
 
 def test_a_listed_package_installs_on_first_import(sandbox: PythonSandbox) -> None:

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from toolkiln.domain.execution import RunRequest
+from tests.sandbox.links import analysed
+from toolkiln.domain.code_check import analyse
 from toolkiln.sandbox.js_runner import JavaScriptSandbox
-from toolkiln.sandbox.packages import JsPackageStore, PackageStore, python_imports
+from toolkiln.sandbox.packages import JsPackageStore, PackageStore
 from toolkiln.sandbox.runner import PythonSandbox
 
 
@@ -32,7 +33,11 @@ class Link:
 
 
 def run(sb: PythonSandbox, code: str, timeout_ms: int = 30000, link: Link | None = None):
-    return sb.run(RunRequest(sb.language, code, "handle", {}, timeout_ms), link or Link())
+    return sb.run(analysed(sb.language, code, timeout_ms), link or Link())
+
+
+def python_imports(code: str) -> tuple[str, ...]:
+    return analyse("python", code).imports
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +68,7 @@ def test_the_host_finds_imports_anywhere_in_the_code() -> None:
         "    import_module('numpy.linalg')\n"
         "    from . import sibling\n"
         "    importlib.import_module(p['name'])\n"  # computed: cannot be known
+        "    return 1\n"
     )
     found = python_imports(code)
     assert found == ("json", "pytz", "dateutil", "yaml", "markupsafe", "regex", "six", "numpy")
@@ -102,7 +108,7 @@ def test_prepare_installs_ahead_of_the_first_call(tmp_path: Path) -> None:
     code = "def handle(i, c):\n    from markupsafe import escape\n    return str(escape('<'))"
     sb = PythonSandbox(store, warm=1, name="pkgs-prep")
     try:
-        sb.prepare(code)  # what the service calls when code is saved
+        sb.prepare(python_imports(code))  # what the service calls when code is saved
         deadline = time.monotonic() + 120
         while not store.installed("MarkupSafe==3.0.3"):
             assert time.monotonic() < deadline, "the install did not finish"

@@ -37,7 +37,12 @@ def racing(runtime: Runtime, space: Space, name: str, meanwhile: dict[str, Any])
             done.append(True)
         return registry.cases.run_one(p, ws, d, payload, budget)
 
-    return who, tool, ToolService(runtime.database.transaction, CaseRunner(run_and_interfere))
+    service = ToolService(
+        runtime.database.transaction,
+        runtime.services.router.analyser,
+        CaseRunner(run_and_interfere),
+    )
+    return who, tool, service
 
 
 def test_a_change_the_cases_did_not_see_refuses_the_patch(runtime: Runtime, space: Space) -> None:

@@ -1,64 +1,68 @@
-"""Static checks of tool code on save: it parses and defines a ``main`` or ``handle`` that returns.
+"""Static analysis of tool code: it parses and defines a ``main`` or ``handle`` that returns,
+which modules it imports, and (JavaScript) the script form the engine runs.
 
-Python is parsed with :mod:`ast`; JavaScript with tree-sitter's ECMAScript grammar. These
-checks give early, precise errors; they are not a security measure (the sandbox is).
+Python is parsed with :mod:`ast`; JavaScript with tree-sitter's ECMAScript grammar; each text
+once. These checks give early, precise errors; they are not a security measure (the sandbox
+is). Parsing hostile text can take seconds and hundreds of megabytes, so only a code checker
+runs this module (sandbox/checker.py, bounded in time and memory); the service asks for an
+``Analysis`` (domain/analysis.py) and never imports it (an import-linter contract).
 """
 
 from __future__ import annotations
 
 import ast
+import resource
 import warnings
 from functools import lru_cache
 from typing import Any
 
 import tree_sitter_javascript
-from tree_sitter import Language, Node, Parser
+from tree_sitter import Language, Node, Parser, Query, QueryCursor
 
+from toolkiln.domain.analysis import ENTRYPOINTS, MAX_MESSAGE_CHARS, Analysis, precheck
 from toolkiln.domain.problems import Problem, problem
 
-ENTRYPOINTS = ("main", "handle")
-LANGUAGES = ("python", "javascript")
 
-
-def check_code(language: str, code: str) -> list[Problem]:
+def analyse(language: str, code: str) -> Analysis:
+    """Everything a caller needs from ``code``, from one parse of it."""
+    found = precheck(language, code)
+    if found:
+        return Analysis(tuple(found))
     if language == "python":
-        return _check_python(code)
-    if language == "javascript":
-        return _check_javascript(code)
-    return []
+        return _analyse_python(code)
+    return _analyse_javascript(code)
 
 
-def entrypoint_of(language: str, code: str) -> str:
-    """Which entrypoint a valid tool defines (``handle`` or ``main``)."""
-    names = _python_entrypoints(code) if language == "python" else _js_entrypoints(code)
-    return "handle" if "handle" in names else "main"
+def _refusal(message: str, line: int | None = None, column: int | None = None) -> Analysis:
+    line, column = (p if isinstance(p, int) and p >= 0 else None for p in (line, column))
+    return Analysis((problem("code", message[:MAX_MESSAGE_CHARS], line, column),))
 
 
 # ---------------------------------------------------------------- Python
 
 
-def _python_entrypoints(code: str) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        tree = ast.parse(code, filename="<tool>")
-    return {
+def _analyse_python(code: str) -> Analysis:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tree = ast.parse(code, filename="<tool>")
+    except SyntaxError as exc:
+        return _refusal(f"SyntaxError: {exc.msg}", exc.lineno, exc.offset)
+    except (ValueError, RecursionError) as exc:
+        return _refusal(f"cannot be parsed: {exc}")
+    except MemoryError:
+        if _out_of_memory():
+            raise  # the checker's memory limit: its host says so (sandbox/checks.py)
+        return _refusal("cannot be parsed: it nests too deeply")
+    found = {
         node.name: node
         for node in tree.body
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name in ENTRYPOINTS
     }
-
-
-def _check_python(code: str) -> list[Problem]:
-    try:
-        found = _python_entrypoints(code)
-    except SyntaxError as exc:
-        return [problem("code", f"SyntaxError: {exc.msg}", exc.lineno, exc.offset)]
-    except (ValueError, RecursionError, MemoryError) as exc:
-        return [problem("code", f"cannot be parsed: {exc}")]
     if not found:
-        return [problem("code", "must define a module-level function named main or handle")]
+        return _refusal("must define a module-level function named main or handle")
     if len(found) > 1:
-        return [problem("code", "must define only one entrypoint: main or handle, not both")]
+        return _refusal("must define only one entrypoint: main or handle, not both")
     fn = next(iter(found.values()))
     out: list[Problem] = []
     if not _py_has_return(fn):
@@ -68,7 +72,17 @@ def _check_python(code: str) -> list[Problem]:
         positional = len(args.posonlyargs) + len(args.args)
         if positional < 2 and args.vararg is None:
             out.append(problem("code", "handle must take two parameters: (input, ctx)", fn.lineno))
-    return out
+    if out:
+        return Analysis(tuple(out))
+    return Analysis(entrypoint=fn.name, imports=_python_imports(tree))
+
+
+def _out_of_memory() -> bool:
+    """Whether a MemoryError means memory: CPython's parser raises one, with no message,
+    past its nesting limit too, having used next to none (what a real shortage cannot do)."""
+    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return limit != resource.RLIM_INFINITY and peak_kib * 1024 * 2 > limit
 
 
 def _py_has_return(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
@@ -81,6 +95,34 @@ def _py_has_return(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
             continue
         stack.extend(ast.iter_child_nodes(node))
     return False
+
+
+def _python_imports(tree: ast.Module) -> tuple[str, ...]:
+    """Top-level module names the code imports anywhere: ``import``/``from`` statements at
+    any depth (inside functions, branches, ``try``), and ``importlib.import_module`` or
+    ``__import__`` with a literal name (docs/security.md, "Packages")."""
+    names: list[str] = []
+    for node in ast.walk(tree):
+        found: list[str] = []
+        if isinstance(node, ast.Import):
+            found = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found = [node.module]
+        elif isinstance(node, ast.Call) and node.args and _is_import_call(node.func):
+            first = node.args[0]
+            if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                found = [first.value]
+        for name in found:
+            top = name.split(".")[0]
+            if top and top not in names and len(top) <= 256:
+                names.append(top)
+    return tuple(names)
+
+
+def _is_import_call(func: ast.expr) -> bool:
+    if isinstance(func, ast.Name):
+        return func.id in {"__import__", "import_module"}
+    return isinstance(func, ast.Attribute) and func.attr == "import_module"
 
 
 # ---------------------------------------------------------------- JavaScript
@@ -96,19 +138,45 @@ _JS_NESTED_SCOPES = {
     "class_declaration",
     "class",
 }
+# require('name') with one string argument, found by tree-sitter itself (not a walk of every
+# node in Python).
+_REQUIRE = """
+(call_expression
+  function: (identifier) @fn
+  arguments: (arguments . (string) @name .)
+  (#eq? @fn "require"))
+"""
 
 
 @lru_cache(maxsize=1)
-def _js_parser() -> Parser:
-    return Parser(Language(tree_sitter_javascript.language()))
+def _js() -> tuple[Parser, Query]:
+    language = Language(tree_sitter_javascript.language())
+    return Parser(language), Query(language, _REQUIRE)
 
 
-def _parse_js(code: str) -> Node:
-    return _js_parser().parse(code.encode("utf-8", "surrogatepass")).root_node
-
-
-def _js_entrypoints(code: str) -> dict[str, Node]:
-    return _js_entry_nodes(_parse_js(code))
+def _analyse_javascript(code: str) -> Analysis:
+    parser, requires = _js()
+    raw = code.encode("utf-8", "surrogatepass")
+    root = parser.parse(raw).root_node
+    if root.has_error:
+        bad = _first_error(root) or root
+        row, col = bad.start_point
+        what = f"missing '{bad.type}'" if bad.is_missing else "unexpected token"
+        return _refusal(f"SyntaxError: {what}", row + 1, col + 1)
+    found = _js_entry_nodes(root)
+    if not found:
+        return _refusal("must define a top-level function named main or handle")
+    if len(found) > 1:
+        return _refusal("must define only one entrypoint: main or handle, not both")
+    name, fn = next(iter(found.items()))
+    if not _js_has_return(fn):
+        return _refusal(f"{name}() must contain a return statement", fn.start_point[0] + 1)
+    script, names = _script(root, raw)
+    for node in QueryCursor(requires).captures(root).get("name", []):
+        module = _text(node)[1:-1]
+        if module and module not in names and len(module) <= 256:
+            names.append(module)
+    return Analysis(entrypoint=name, imports=tuple(names), script=script)
 
 
 def _js_entry_nodes(root: Node) -> dict[str, Node]:
@@ -125,16 +193,8 @@ def _js_entry_nodes(root: Node) -> dict[str, Node]:
             for decl in node.named_children:
                 value = decl.child_by_field_name("value")
                 name = _text(decl.child_by_field_name("name"))
-                if (
-                    name in ENTRYPOINTS
-                    and value is not None
-                    and value.type
-                    in {
-                        "arrow_function",
-                        "function_expression",
-                        "function",
-                    }
-                ):
+                functions = {"arrow_function", "function_expression", "function"}
+                if name in ENTRYPOINTS and value is not None and value.type in functions:
                     found[name] = value
     return found
 
@@ -154,25 +214,6 @@ def _first_error(root: Node) -> Node | None:
     return None
 
 
-def _check_javascript(code: str) -> list[Problem]:
-    root = _parse_js(code)
-    if root.has_error:
-        bad = _first_error(root) or root
-        row, col = bad.start_point
-        what = f"missing '{bad.type}'" if bad.is_missing else "unexpected token"
-        return [problem("code", f"SyntaxError: {what}", row + 1, col + 1)]
-    found = _js_entry_nodes(root)
-    if not found:
-        return [problem("code", "must define a top-level function named main or handle")]
-    if len(found) > 1:
-        return [problem("code", "must define only one entrypoint: main or handle, not both")]
-    name, fn = next(iter(found.items()))
-    if not _js_has_return(fn):
-        row = fn.start_point[0] + 1
-        return [problem("code", f"{name}() must contain a return statement", row)]
-    return []
-
-
 def _js_has_return(fn: Node) -> bool:
     body = fn.child_by_field_name("body")
     if body is None:
@@ -190,71 +231,48 @@ def _js_has_return(fn: Node) -> bool:
     return False
 
 
-def strip_exports(code: str) -> str:
-    """``export function main`` -> ``       function main``: a script, not a module, with every
-    line and column where it was (so error positions still point into the tool's code)."""
-    root = _parse_js(code)
-    raw = bytearray(code.encode("utf-8", "surrogatepass"))
+def _script(root: Node, raw: bytes) -> tuple[str, list[str]]:
+    """The code as a script, not a module: ``export`` before a declaration blanked (every
+    line and column stays where it was, so error positions still point into the tool's
+    code), and each top-level ``import`` rewritten as ``require`` calls on the same line;
+    with the module names those imports name."""
+    edits: list[tuple[int, int, bytes]] = []
+    names: list[str] = []
     for stmt in root.named_children:
         if stmt.type == "export_statement" and stmt.child_by_field_name("declaration") is not None:
             keyword = stmt.children[0]
             if keyword.type == "export":
-                raw[keyword.start_byte : keyword.end_byte] = b" " * (
-                    keyword.end_byte - keyword.start_byte
-                )
-    return raw.decode("utf-8", "surrogatepass")
-
-
-def js_requires(code: str) -> tuple[str, list[str]]:
-    """Top-level ``import`` statements rewritten as ``require`` calls on the same line, and the
-    module names the code imports or requires (string literals only)."""
-    root = _parse_js(code)
-    raw = code.encode("utf-8", "surrogatepass")
-    edits: list[tuple[int, int, bytes]] = []
-    names: list[str] = []
-    for stmt in root.named_children:
-        if stmt.type != "import_statement":
-            continue
-        source = stmt.child_by_field_name("source")
-        module = _text(source)[1:-1] if source is not None else ""
-        if not module:
-            continue
-        if module not in names:
-            names.append(module)
-        req = f"require({module!r})".encode()
-        clause = next((c for c in stmt.named_children if c.type == "import_clause"), None)
-        parts: list[str] = []
-        if clause is not None:
-            for part in clause.named_children:
-                if part.type == "identifier":
-                    parts.append(f"const {_text(part)} = __tk_default({req.decode()});")
-                elif part.type == "namespace_import":
-                    ident = next(c for c in part.named_children if c.type == "identifier")
-                    parts.append(f"const {_text(ident)} = {req.decode()};")
-                elif part.type == "named_imports":
-                    pairs = []
-                    for spec in part.named_children:
-                        name = _text(spec.child_by_field_name("name"))
-                        alias = spec.child_by_field_name("alias")
-                        pairs.append(f"{name}: {_text(alias)}" if alias is not None else name)
-                    parts.append(f"const {{ {', '.join(pairs)} }} = {req.decode()};")
-        line = " ".join(parts) if parts else f"{req.decode()};"
-        edits.append((stmt.start_byte, stmt.end_byte, line.encode()))
+                width = keyword.end_byte - keyword.start_byte
+                edits.append((keyword.start_byte, keyword.end_byte, b" " * width))
+        elif stmt.type == "import_statement":
+            source = stmt.child_by_field_name("source")
+            module = _text(source)[1:-1] if source is not None else ""
+            if not module:
+                continue
+            if module not in names:
+                names.append(module)
+            edits.append((stmt.start_byte, stmt.end_byte, _required(stmt, module).encode()))
     for start, end, replacement in reversed(edits):
         raw = raw[:start] + replacement + raw[end:]
-    code = raw.decode("utf-8", "surrogatepass")
-    root = _parse_js(code)
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        if node.type == "call_expression":
-            fn = node.child_by_field_name("function")
-            args = node.child_by_field_name("arguments")
-            if _text(fn) == "require" and args is not None and args.named_child_count == 1:
-                arg = args.named_children[0]
-                if arg.type == "string":
-                    name = _text(arg)[1:-1]
-                    if name not in names:
-                        names.append(name)
-        stack.extend(node.children)
-    return code, names
+    return raw.decode("utf-8", "surrogatepass"), names
+
+
+def _required(stmt: Node, module: str) -> str:
+    """One ``import`` statement as ``const`` declarations of ``require(module)``."""
+    req = f"require({module!r})"
+    clause = next((c for c in stmt.named_children if c.type == "import_clause"), None)
+    parts: list[str] = []
+    for part in clause.named_children if clause is not None else []:
+        if part.type == "identifier":
+            parts.append(f"const {_text(part)} = __tk_default({req});")
+        elif part.type == "namespace_import":
+            ident = next(c for c in part.named_children if c.type == "identifier")
+            parts.append(f"const {_text(ident)} = {req};")
+        elif part.type == "named_imports":
+            pairs = []
+            for spec in part.named_children:
+                name = _text(spec.child_by_field_name("name"))
+                alias = spec.child_by_field_name("alias")
+                pairs.append(f"{name}: {_text(alias)}" if alias is not None else name)
+            parts.append(f"const {{ {', '.join(pairs)} }} = {req};")
+    return " ".join(parts) if parts else f"{req};"

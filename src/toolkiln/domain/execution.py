@@ -45,6 +45,11 @@ class RunRequest:
     # A nested run's end (time.monotonic()): its caller's deadline. Whatever it waits for
     # before it starts (a package install, a process), it never runs past it.
     not_after: float | None = None
+    # From the code's Analysis (domain/analysis.py), so the sandbox parses nothing: the
+    # modules it imports (the listed packages among them are installed first), and what a
+    # JavaScript engine runs instead of ``code`` (exports stripped, imports as require).
+    imports: tuple[str, ...] = ()
+    script: str = ""
 
 
 @dataclass(slots=True)

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from toolkiln.domain import limits
-from toolkiln.domain.code_check import LANGUAGES, check_code
+from toolkiln.domain.analysis import Analysis
 from toolkiln.domain.problems import Problem, problem, text_problems
 from toolkiln.domain.schema import EMPTY_SCHEMA, check_schema, parameters_to_schema
 from toolkiln.domain.testcases import DEFAULT_CALLERS, check_callers, check_test_cases
@@ -110,8 +110,12 @@ def check_name(name: str) -> list[Problem]:
     return []
 
 
-def validate_draft(draft: ToolDraft, max_timeout_ms: int) -> tuple[dict[str, Any], list[Problem]]:
-    """Every problem of a definition at once, and its input schema in JSON Schema form."""
+def validate_draft(
+    draft: ToolDraft, max_timeout_ms: int, analysis: Analysis
+) -> tuple[dict[str, Any], list[Problem]]:
+    """Every problem of a definition at once, and its input schema in JSON Schema form.
+    ``analysis``: of the draft's language and code (a ``CodeAnalyser``'s answer), whose
+    problems are the language's and the code's."""
     problems = check_name(draft.name)
     if len(draft.description) > limits.MAX_DESCRIPTION_CHARS:
         problems.append(
@@ -132,22 +136,16 @@ def validate_draft(draft: ToolDraft, max_timeout_ms: int) -> tuple[dict[str, Any
         problems.append(
             problem("timeout_ms", f"must be between {limits.MIN_TIMEOUT_MS} and {ceiling}")
         )
-    problems += _code_problems(draft)
+    problems += analysis.problems
     problems += check_test_cases(draft.test_cases)[1]
     problems += check_callers(draft.allowed_callers)
     schema, schema_problems = _schema_of(draft)
     return schema, problems + schema_problems
 
 
-def _code_problems(draft: ToolDraft) -> list[Problem]:
-    if draft.language not in LANGUAGES:
-        return [problem("language", "must be 'python' or 'javascript'")]
-    if len(draft.code) > limits.MAX_CODE_CHARS:
-        return [problem("code", f"must be at most {limits.MAX_CODE_CHARS} characters")]
-    if not draft.code.strip():
-        return [problem("code", "must not be empty")]
-    nul = text_problems("code", draft.code)
-    return nul or check_code(draft.language, draft.code)
+def schema_of(draft: ToolDraft) -> dict[str, Any]:
+    """The input schema of a valid draft, in JSON Schema form."""
+    return _schema_of(draft)[0]
 
 
 def _schema_of(draft: ToolDraft) -> tuple[dict[str, Any], list[Problem]]:

@@ -8,16 +8,15 @@ a worker serves several calls, each in a fresh V8 isolate, and is retired after
 from __future__ import annotations
 
 import dataclasses
-import functools
 import socket
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import py_mini_racer
 
-from toolkiln.domain.code_check import js_requires, strip_exports
 from toolkiln.domain.execution import RunLink, RunOutcome, RunRequest
 from toolkiln.sandbox.fair import FairShare
 from toolkiln.sandbox.jail import protocol
@@ -26,14 +25,6 @@ from toolkiln.sandbox.pool import SandboxUnavailable, WarmChild
 from toolkiln.sandbox.runner import PythonSandbox
 
 RECYCLE_AFTER = 50
-
-
-@functools.lru_cache(maxsize=512)
-def _prepared(code: str) -> tuple[str, list[str]]:
-    """The script form of a tool's code and the modules it imports, parsed once per code."""
-    return js_requires(strip_exports(code))
-
-
 CLEAN = {"return", "exception", "not_admitted"}
 
 
@@ -78,15 +69,16 @@ class JavaScriptSandbox(PythonSandbox):
         """One template: a JavaScript worker's runner imports asyncio anyway."""
         return config, None
 
-    def prepare(self, code: str) -> None:
-        """Start installing the listed packages ``code`` imports (see PythonSandbox)."""
-        self.packages.prepare(_prepared(code)[1])
+    def prepare(self, imports: Sequence[str]) -> None:
+        """Start installing the listed packages among ``imports`` (see PythonSandbox)."""
+        self.packages.prepare(imports)
 
     def run(self, req: RunRequest, link: RunLink) -> RunOutcome:
-        """Listed packages the code imports are installed (by the host) before it runs; the
-        call waits for them at most until its deadline."""
-        code, names = _prepared(req.code)
-        listed = [n for n in names if n in JS_PACKAGES]
+        """What runs is the code's script form (``req.script``: exports stripped, imports as
+        ``require``; its analysis made it). Listed packages it imports are installed (by the
+        host) before it runs; the call waits for them at most until its deadline."""
+        code = req.script or req.code
+        listed = [n for n in req.imports if n in JS_PACKAGES]
         problems = self.packages.ensure(listed, time.monotonic() + req.timeout_ms / 1000)
         if problems:
             return RunOutcome("infra", message="; ".join(problems))

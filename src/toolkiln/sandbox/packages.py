@@ -3,19 +3,17 @@
 Python packages live in ``<data dir>/packages/python`` and JavaScript packages in
 ``<data dir>/packages/javascript``; sandboxes see them read-only at ``/pkgs``.
 
-Who decides (docs/security.md, "Packages"): the host reads the tool's code (every
+Who decides (docs/security.md, "Packages"): the host, from the code's analysis (every
 ``import``, anywhere in it, and ``importlib.import_module``/``__import__``/``require``
-with a literal name) and installs the listed packages it names: ahead of time when the code
-is seen (``prepare``), or before the first call that needs them, which waits at most until
-its own deadline. Nothing a sandboxed process reports changes what is installed or how
-often a tool runs. Each distribution has a lock of its own, so one install never holds
-up a call that does not need that package.
+with a literal name: domain/code_check.py, run by a code checker), installs the listed
+packages it names: ahead of time when the code is saved (``prepare``), or before the first
+call that needs them, which waits at most until its own deadline. Nothing a sandboxed
+process reports changes what is installed or how often a tool runs. Each distribution has
+a lock of its own, so one install never holds up a call that does not need that package.
 """
 
 from __future__ import annotations
 
-import ast
-import functools
 import logging
 import os
 import shutil
@@ -53,39 +51,6 @@ JS_PACKAGES: dict[str, tuple[str, str]] = {
 
 INSTALL_TIMEOUT_S = 600
 RETRY_AFTER_FAILURE_S = 30.0  # a failed install is not retried by every call
-
-
-@functools.lru_cache(maxsize=1024)
-def python_imports(code: str) -> tuple[str, ...]:
-    """Top-level module names the code imports anywhere: ``import``/``from`` statements at
-    any depth (inside functions, branches, ``try``), and ``importlib.import_module`` or
-    ``__import__`` with a literal name. Code that does not parse imports nothing."""
-    try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError, RecursionError):
-        return ()
-    names: list[str] = []
-    for node in ast.walk(tree):
-        found: list[str] = []
-        if isinstance(node, ast.Import):
-            found = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found = [node.module]
-        elif isinstance(node, ast.Call) and node.args and _is_import_call(node.func):
-            first = node.args[0]
-            if isinstance(first, ast.Constant) and isinstance(first.value, str):
-                found = [first.value]
-        for name in found:
-            top = name.split(".")[0]
-            if top and top not in names:
-                names.append(top)
-    return tuple(names)
-
-
-def _is_import_call(func: ast.expr) -> bool:
-    if isinstance(func, ast.Name):
-        return func.id in {"__import__", "import_module"}
-    return isinstance(func, ast.Attribute) and func.attr == "import_module"
 
 
 class PackageStore:

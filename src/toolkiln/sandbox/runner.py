@@ -9,6 +9,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +20,7 @@ from toolkiln.sandbox.cgroups import Cgroups
 from toolkiln.sandbox.compiled import Compiled
 from toolkiln.sandbox.fair import FairShare
 from toolkiln.sandbox.jail import protocol
-from toolkiln.sandbox.packages import PYTHON_PACKAGES, PackageStore, python_imports
+from toolkiln.sandbox.packages import PYTHON_PACKAGES, PackageStore
 from toolkiln.sandbox.pool import SandboxUnavailable, Template, WarmChild
 from toolkiln.sandbox.session import Session
 from toolkiln.sandbox.shares import JoinFailed, Membership, enter
@@ -297,16 +298,17 @@ class PythonSandbox:
             "dependencies": self.packages.listing(),
         }
 
-    def prepare(self, code: str) -> None:
-        """Start installing, in the background, the listed packages ``code`` imports: call it
-        when code is saved, so its first call finds them there."""
-        self.packages.prepare(python_imports(code))
+    def prepare(self, imports: Sequence[str]) -> None:
+        """Start installing, in the background, the listed packages among ``imports`` (what
+        a tool's code imports): called when code is saved, so its first call finds them."""
+        self.packages.prepare(imports)
 
     def run(self, req: RunRequest, link: RunLink) -> RunOutcome:
-        """The host decides from the code which listed packages it needs; a call waits for
-        their install at most until its own deadline, then runs with its full time."""
+        """The host decides from the code's analysis (``req.imports``) which listed packages
+        it needs; a call waits for their install at most until its own deadline, then runs
+        with its full time."""
         deadline = time.monotonic() + req.timeout_ms / 1000
-        problems = self.packages.ensure(python_imports(req.code), deadline)
+        problems = self.packages.ensure(req.imports, deadline)
         if problems:
             return RunOutcome("infra", message="; ".join(problems))
         key = Compiled.key(req.workspace_id, req.code)

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from toolkiln.domain.auth import Bearer, Principal
-from toolkiln.domain.code_check import entrypoint_of
 from toolkiln.domain.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from toolkiln.domain.ids import new_id
 from toolkiln.domain.limits import MAX_CALL_ID_CHARS, MAX_TIMEOUT_MS
@@ -20,12 +19,12 @@ from toolkiln.domain.problems import Problem, problem
 from toolkiln.domain.records import AuditFilter, AuditRow, CallRecord, Policy
 from toolkiln.domain.results import Result
 from toolkiln.domain.text import is_client_id
-from toolkiln.domain.tools import ToolDraft, validate_draft
+from toolkiln.domain.tools import ToolDraft, schema_of
 from toolkiln.services.access import hash_of, principal_from
 from toolkiln.services.places import Places
 from toolkiln.services.ports import UnitOfWorkFactory
 from toolkiln.services.router import RUN_CODE_TIMEOUT_MS, Router
-from toolkiln.services.runs import Code, Runs
+from toolkiln.services.runs import Code, Runs, unrunnable
 from toolkiln.services.tools import ToolService
 
 
@@ -58,13 +57,15 @@ class DraftRunner:
     ) -> Result:
         """``budget``: shared with other runs of the same work (a generation's examples,
         whose budget is dry: CONTRACT 9); None: one of its own, lasting the draft's time."""
-        schema, _ = validate_draft(draft, MAX_TIMEOUT_MS)
-        self._runs.prepare(draft.language, draft.code)
-        entry = entrypoint_of(draft.language, draft.code)
-        code = Code(draft.language, draft.code, entry, draft.timeout_ms)
+        # Validated before (its analysis is the workspace's, kept: services/analysis.py).
+        analysis = self._router.analyser.analyse(draft.language, draft.code, workspace_id)
         budget = budget if budget is not None else Budget.lasting(draft.timeout_ms)
         origin = Origin.root(Caller(principal, workspace_id), new_id(), budget)
-        return self._router.run_draft(origin, code, schema, payload)
+        if analysis.problems:
+            return unrunnable(origin.call_id, analysis)
+        self._runs.prepare(draft.language, analysis.imports)
+        code = Code.analysed(draft.language, draft.code, analysis, draft.timeout_ms)
+        return self._router.run_draft(origin, code, schema_of(draft), payload)
 
 
 class InvokeService:

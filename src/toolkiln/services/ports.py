@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
+from toolkiln.domain.analysis import Analysis
 from toolkiln.domain.builtin import BuiltinCall, BuiltinSpec
 from toolkiln.domain.execution import RunLink, RunOutcome, RunRequest
 from toolkiln.domain.generation import ChatReply
@@ -131,11 +133,22 @@ class CodeRunner(Protocol):
     """Runs code in a sandbox; the host side classifies what happened."""
 
     def run(self, req: RunRequest, link: RunLink) -> RunOutcome: ...
-    def prepare(self, code: str) -> None:
-        """Start installing, off the call path, the listed packages ``code`` imports."""
+    def prepare(self, imports: Sequence[str]) -> None:
+        """Start installing, off the call path, the listed packages among ``imports`` (the
+        modules a tool's code imports: its ``Analysis``)."""
         ...
 
     def describe(self) -> dict[str, Any]: ...
+
+
+class CodeAnalyser(Protocol):
+    """Analyses tool code (untrusted text) where parsing it is bounded in time and memory,
+    off the path that serves other requests. Never raises for the text: a text over a limit
+    is an ``Analysis`` whose problem says which (``limit`` set); a service that cannot
+    analyse now raises ``ServiceUnavailable``. ``workspace_id``: whose text it is (fair
+    shares, and whose analyses a checker may serve)."""
+
+    def analyse(self, language: str, code: str, workspace_id: str) -> Analysis: ...
 
 
 class BuiltinTool(Protocol):

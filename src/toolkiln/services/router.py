@@ -16,8 +16,8 @@ from collections import OrderedDict
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Literal
 
+from toolkiln.domain.analysis import Analysis
 from toolkiln.domain.builtin import RUN_CODE_SPEC, BuiltinSpec, dry_run
-from toolkiln.domain.code_check import check_code, entrypoint_of
 from toolkiln.domain.codemode import PROGRAM_TIMEOUT_MS, RUN_PROGRAM, RUN_PROGRAM_SCHEMA
 from toolkiln.domain.errors import ServiceUnavailable
 from toolkiln.domain.formats import CUSTOM_PREFIX
@@ -31,8 +31,8 @@ from toolkiln.domain.schema import InputValidator, compile_validator, input_prob
 from toolkiln.domain.tools import Tool
 from toolkiln.services.dispatch import Builtins
 from toolkiln.services.places import Places
-from toolkiln.services.ports import UnitOfWork, UnitOfWorkFactory
-from toolkiln.services.runs import Code, Runs
+from toolkiln.services.ports import CodeAnalyser, UnitOfWork, UnitOfWorkFactory
+from toolkiln.services.runs import Code, Runs, unrunnable
 
 Kind = Literal["builtin", "run_code", "custom", "refused"]
 MAX_NAME_CHARS = MAX_CTX_NAME_CHARS
@@ -48,16 +48,16 @@ class Router:
         uow: UnitOfWorkFactory,
         builtins: Builtins,
         runs: Runs,
+        analyser: CodeAnalyser,
         places: Places | None = None,
     ) -> None:
         self._uow = uow
         self._builtins = builtins
         self._runs = runs
+        self.analyser = analyser
         # run_code and run_program called at the root are long work: one place each.
         self._places = places or Places()
-        self._compiled_cache: OrderedDict[tuple[str, int], tuple[InputValidator, str]] = (
-            OrderedDict()
-        )
+        self._compiled_cache: OrderedDict[tuple[str, int], InputValidator] = OrderedDict()
         self._lock = threading.Lock()
         self._unrecorded = _Unrecorded()
 
@@ -116,11 +116,14 @@ class Router:
         if tool.status != "active":
             err = error("tool_disabled", "The tool is disabled.", {"reason": tool.disabled_reason})
             return self._recorded(run, tool, refused(run.call_id, tool.id, tool.version, err))
-        validator, entry = self._compiled(tool)
-        if problems := input_problems(validator, payload):
+        if problems := input_problems(self._compiled(tool), payload):
             err = error("invalid_input", "The input does not match the tool's schema.", problems)
             return self._recorded(run, tool, refused(run.call_id, tool.id, tool.version, err))
-        code = Code(tool.language, tool.code, entry, tool.timeout_ms)
+        # Analysed when it was saved: kept for the workspace (services/analysis.py).
+        analysis = self.analyser.analyse(tool.language, tool.code, tool.workspace_id)
+        if analysis.problems:
+            return self._recorded(run, tool, _unchecked(run.call_id, tool, analysis))
+        code = Code.analysed(tool.language, tool.code, analysis, tool.timeout_ms)
         ended = False
 
         def on_end() -> None:  # the run is over; its process is about to be handed on
@@ -246,20 +249,13 @@ class Router:
         if run.parent_call_id is None:
             run.budget.narrow(timeout_ms)  # a root call learns its own limit
         language, source = payload["language"], payload["code"]
-        problems = check_code(language, source)
-        entry = "" if problems else entrypoint_of(language, source)
-        if only is not None and not problems and entry != only:
-            problems = [problem("code", f"The program must define {only}(input, ctx).")]
-        if problems:
-            first = problems[0]
-            details = {
-                "type": "SyntaxError",
-                "message": first["message"],
-                "line": first.get("line"),
-            }
-            err = error("runtime_error", first["message"], details)
-            return refused(run.call_id, None, None, err)
-        code = Code(language, source, entry, timeout_ms)
+        analysis = self.analyser.analyse(language, source, run.workspace_id)
+        if only is not None and not analysis.problems and analysis.entrypoint != only:
+            need = problem("code", f"The program must define {only}(input, ctx).")
+            analysis = Analysis((need,))
+        if analysis.problems:
+            return unrunnable(run.call_id, analysis)
+        code = Code.analysed(language, source, analysis, timeout_ms)
         return Runs.shape(run, code, None, self._runs.run(run, code, given, self.from_code))
 
     def _custom(self, origin: Origin, name: str, offer: Offer | None) -> tuple[Tool | None, float]:
@@ -346,15 +342,15 @@ class Router:
         with self._uow(readonly=True, one_statement=True) as tx:
             return tx.tools.status(tool_id) == "active"
 
-    def _compiled(self, tool: Tool) -> tuple[InputValidator, str]:
-        """The input validator and entrypoint of a tool version, made once and cached."""
+    def _compiled(self, tool: Tool) -> InputValidator:
+        """The input validator of a tool version, made once and cached."""
         key = (tool.id, tool.version)
         with self._lock:
             found = self._compiled_cache.get(key)
             if found is not None:
                 self._compiled_cache.move_to_end(key)
                 return found
-        made = (compile_validator(tool.input_schema), entrypoint_of(tool.language, tool.code))
+        made = compile_validator(tool.input_schema)
         with self._lock:
             self._compiled_cache[key] = made
             while len(self._compiled_cache) > 1024:
@@ -391,6 +387,17 @@ class _Unrecorded:
             while self._count.get(tool_id) and (left := deadline - time.monotonic()) > 0:
                 self._cond.wait(left)
             return True
+
+
+def _unchecked(call_id: str, tool: Tool, analysis: Analysis) -> Result:
+    """A stored version whose code has problems now: its ``runtime_error``, as for code
+    given at call time, or (its analysis did not finish: not the tool's doing) an
+    ``infra_error``."""
+    if not analysis.limit:
+        found = unrunnable(call_id, analysis)
+        return refused(call_id, tool.id, tool.version, found.error or {})
+    why = f"The tool's code could not be checked: it {analysis.problems[0]['message']}."
+    return refused(call_id, tool.id, tool.version, error("infra_error", why))
 
 
 _RUN_CODE_VALIDATOR = compile_validator(RUN_CODE_SPEC.input_schema)

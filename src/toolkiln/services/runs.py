@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from toolkiln.domain.analysis import Analysis
 from toolkiln.domain.errors import ServiceUnavailable
 from toolkiln.domain.execution import RunOutcome, RunRequest
 from toolkiln.domain.ids import utcnow
@@ -33,12 +34,29 @@ MAX_AUDIT_EVENT_CHARS = 64
 
 @dataclass(frozen=True, slots=True)
 class Code:
-    """What a run runs: a tool version, a draft, or a run_code snippet."""
+    """What a run runs: a tool version, a draft, or a run_code snippet; with what its
+    analysis found (the modules it imports, JavaScript's script form)."""
 
     language: str
     code: str
     entry: str
     timeout_ms: int
+    imports: tuple[str, ...] = ()
+    script: str = ""
+
+    @classmethod
+    def analysed(cls, language: str, code: str, analysis: Analysis, timeout_ms: int) -> Code:
+        return cls(
+            language, code, analysis.entrypoint, timeout_ms, analysis.imports, analysis.script
+        )
+
+
+def unrunnable(call_id: str, analysis: Analysis) -> Result:
+    """A run of code with problems, refused before it starts: the code's ``runtime_error``
+    naming the first problem and its line, as a SyntaxError when it loaded would."""
+    first = analysis.problems[0]
+    details = {"type": "SyntaxError", "message": first["message"], "line": first.get("line")}
+    return refused(call_id, None, None, error("runtime_error", first["message"], details))
 
 
 class _Link:
@@ -96,14 +114,14 @@ class Runs:
         # ending at the same time (services/group_commit.py).
         self.writes = GroupCommit(uow)
 
-    def prepare(self, language: str, code: str) -> None:
-        """Code was saved or is about to run: its packages start installing now. Never a
-        reason to fail the save: a package that cannot be installed fails its calls."""
+    def prepare(self, language: str, imports: Sequence[str]) -> None:
+        """Code was saved or is about to run: the packages it imports start installing now.
+        Never a reason to fail the save: a package that cannot be installed fails its calls."""
         runner = self._runners.get(language)
-        if runner is None:
+        if runner is None or not imports:
             return
         try:
-            runner.prepare(code)
+            runner.prepare(imports)
         except Exception:  # the install is the sandbox's business; the save goes on
             log.exception("preparing %s code failed", language)
 
@@ -140,6 +158,8 @@ class Runs:
             call_id=origin.call_id,
             share=origin.budget.share,
             not_after=origin.deadline if origin.parent_call_id is not None else None,
+            imports=code.imports,
+            script=code.script,
         )
         started = time.perf_counter()
         try:

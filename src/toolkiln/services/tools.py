@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from toolkiln.domain.analysis import Analysis
 from toolkiln.domain.auth import Principal
 from toolkiln.domain.errors import Conflict, InvalidRequest, InvalidTool, NotFound, TestsFailed
 from toolkiln.domain.ids import new_id, utcnow
@@ -20,10 +21,10 @@ from toolkiln.domain.tools import (
     validate_draft,
 )
 from toolkiln.services.paging import clamp_limit, decode_cursor, listing_scope, page_of
-from toolkiln.services.ports import UnitOfWork, UnitOfWorkFactory
+from toolkiln.services.ports import CodeAnalyser, UnitOfWork, UnitOfWorkFactory
 from toolkiln.services.testcases import CaseRunner, CasesRun
 
-Prepare = Callable[[str, str], None]  # (language, code)
+Prepare = Callable[[str, Sequence[str]], None]  # (language, the modules the code imports)
 PATCHABLE = (
     "name",
     "description",
@@ -79,37 +80,52 @@ class ToolService:
     def __init__(
         self,
         uow: UnitOfWorkFactory,
+        analyser: CodeAnalyser,
         cases: CaseRunner | None = None,
         prepare: Prepare | None = None,
     ) -> None:
         self._uow = uow
+        # Code is analysed outside any transaction: an analysis may take its whole time
+        # limit, and no database connection waits for it.
+        self._analyser = analyser
         self.cases = cases or CaseRunner()
-        # Told of every version's code when it is saved, so the listed packages it imports
-        # are installed before its first call (the sandbox does it in the background).
-        self._prepare = prepare or (lambda language, code: None)
+        # Told of every version's imports when it is saved, so the listed packages among
+        # them are installed before its first call (the sandbox does it in the background).
+        self._prepare = prepare or (lambda language, imports: None)
 
     def validate(self, principal: Principal, workspace_id: str, draft: ToolDraft) -> dict[str, Any]:
         """The draft's input schema, or InvalidTool with every problem found."""
+        return self._checked(principal, workspace_id, draft)[0]
+
+    def _checked(
+        self, principal: Principal, workspace_id: str, draft: ToolDraft
+    ) -> tuple[dict[str, Any], Analysis]:
         principal.require_workspace(workspace_id)
         with self._uow(readonly=True) as tx:
             if tx.workspaces.get(workspace_id) is None:
                 raise InvalidTool([{"field": "workspace_id", "message": "no such workspace"}])
             ceiling = tx.workspaces.policy(workspace_id).max_timeout_ms
-        schema, problems = validate_draft(draft, ceiling)
+        analysis = self._analyser.analyse(draft.language, draft.code, workspace_id)
+        schema, problems = validate_draft(draft, ceiling, analysis)
         if problems:
             raise InvalidTool(problems)
-        return schema
+        return schema, analysis
 
     def preflight(
         self, principal: Principal, workspace_id: str, draft: ToolDraft
     ) -> dict[str, Any]:
         """Everything a create checks before running test cases: the rules and the name."""
+        return self._preflight(principal, workspace_id, draft)[0]
+
+    def _preflight(
+        self, principal: Principal, workspace_id: str, draft: ToolDraft
+    ) -> tuple[dict[str, Any], Analysis]:
         principal.require("write")
-        schema = self.validate(principal, workspace_id, draft)
+        checked = self._checked(principal, workspace_id, draft)
         with self._uow(readonly=True) as tx:
             if tx.tools.name_taken(workspace_id, draft.name):
                 raise _name_taken(draft.name)
-        return schema
+        return checked
 
     def create(
         self,
@@ -118,7 +134,7 @@ class ToolService:
         draft: ToolDraft,
         allow_failing_tests: bool = False,
     ) -> Tool:
-        schema = self.preflight(principal, workspace_id, draft)
+        schema, analysis = self._preflight(principal, workspace_id, draft)
         cases = check_test_cases(draft.test_cases)[0]
         if cases and not allow_failing_tests:
             self._require_passing(principal, workspace_id, draft, cases)
@@ -151,7 +167,7 @@ class ToolService:
             tx.tools.add(tool)
             tx.tools.add_version(_snapshot(tool))
             self._audit(tx, tool, "tool.created", {"name": tool.name, "version": 1})
-        self._prepare(tool.language, tool.code)
+        self._prepare(tool.language, analysis.imports)
         return tool
 
     def get(self, principal: Principal, tool_id: str) -> Tool:
@@ -182,7 +198,10 @@ class ToolService:
         with self._uow(readonly=True) as tx:
             current = self._visible(tx, principal, tool_id)
             _require_base(current, base_version)
-            planned = self._plan(tx, current, change)
+        draft = self._merged_draft(current, change)
+        analysis = self._analyser.analyse(draft.language, draft.code, current.workspace_id)
+        with self._uow(readonly=True) as tx:
+            planned = self._plan(tx, current, draft, analysis)
         if not planned.fields:
             return current
         must_test = planned.new_version and bool(planned.cases) and not allow_failing_tests
@@ -191,7 +210,12 @@ class ToolService:
         with self._uow() as tx:
             current = self._visible(tx, principal, tool_id, lock=True)
             _require_base(current, base_version)
-            final = self._plan(tx, current, change)
+            again = self._merged_draft(current, change)
+            if (again.language, again.code) != (draft.language, draft.code):
+                # Its code changed meanwhile: analysed by that change, so kept for the
+                # workspace (services/analysis.py).
+                analysis = self._analyser.analyse(again.language, again.code, current.workspace_id)
+            final = self._plan(tx, current, again, analysis)
             if not final.fields:
                 return current
             needs = final.new_version and bool(final.cases) and not allow_failing_tests
@@ -209,7 +233,7 @@ class ToolService:
             updated = self._visible(tx, principal, tool_id)
             if final.new_version:
                 tx.tools.add_version(_snapshot(updated))
-                self._prepare(updated.language, updated.code)
+                self._prepare(updated.language, analysis.imports)
             self._audit(
                 tx,
                 updated,
@@ -221,10 +245,11 @@ class ToolService:
             )
             return updated
 
-    def _plan(self, tx: UnitOfWork, current: Tool, change: dict[str, Any]) -> _Change:
+    def _plan(self, tx: UnitOfWork, current: Tool, draft: ToolDraft, analysis: Analysis) -> _Change:
+        """What the change (``draft``: the tool with it applied; ``analysis``: of its code)
+        would write, or InvalidTool."""
         ceiling = tx.workspaces.policy(current.workspace_id).max_timeout_ms
-        draft = self._merged_draft(current, change)
-        schema, problems = validate_draft(draft, ceiling)
+        schema, problems = validate_draft(draft, ceiling, analysis)
         if problems:
             raise InvalidTool(problems)
         if draft.name != current.name and tx.tools.name_taken(

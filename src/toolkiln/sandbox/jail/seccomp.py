@@ -309,6 +309,32 @@ def split_filter() -> tuple[bytes, bytes]:
     return _program(template, RET_KILL_PROCESS), _program(child, RET_ALLOW)
 
 
+# What a code checker (sandbox/checker.py) may do once its imports are loaded: compute, and
+# talk on the socket it was given. A look for a file (CPython may search for a source file to
+# quote in an error) is refused with EACCES; anything else kills it. A checker is not jailed
+# like a tool's child: this list is why a parser bug reached by hostile text gives nothing
+# beyond the checker's own answers (tests/security/test_parse_bounds.py).
+CHECKER_ALLOW = (
+    "read", "write", "recvfrom", "sendto", "poll", "munmap", "brk", "mremap", "madvise",
+    "rt_sigreturn", "rt_sigprocmask", "rt_sigaction", "sigaltstack", "clock_gettime",
+    "getrusage", "getpid", "gettid", "exit", "exit_group",
+)  # fmt: skip
+CHECKER_REFUSE = (
+    "open", "openat", "stat", "lstat", "fstat", "newfstatat", "statx", "access",
+    "faccessat", "readlink", "getcwd", "lseek",
+)  # fmt: skip
+
+
+def checker_filter() -> bytes:
+    """The code checker's allowlist (CHECKER_ALLOW; memory never executable, as above)."""
+    rules = _rules()
+    kept = {ALLOW[name]: [_ret(RET_ALLOW)] for name in CHECKER_ALLOW}
+    kept.update({ALLOW[name]: [_ret(RET_ERRNO | errno.EACCES)] for name in CHECKER_REFUSE})
+    for name in ("mmap", "mprotect", "futex", "kill", "tkill", "tgkill", "prlimit64"):
+        kept[SYS[name]] = rules[SYS[name]]
+    return _program(kept, RET_KILL_PROCESS)
+
+
 class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
