@@ -44,7 +44,21 @@ def test_an_analysis_over_a_limit_is_not_kept() -> None:
 
 def test_the_cache_keeps_the_most_recently_used_within_its_caps() -> None:
     inner = Counting()
-    cache = CachedAnalyser(inner, entries=2)
+    cache = CachedAnalyser(inner, entries=16)  # a workspace keeps at most 2
     for code in ("a", "b", "a", "c", "a", "b"):
         cache.analyse("python", code, "ws-1")
     assert [c for _, c, _ in inner.asked] == ["a", "b", "c", "b"]
+
+
+def test_one_workspace_sending_many_texts_pushes_out_only_its_own() -> None:
+    inner = Counting()
+    cache = CachedAnalyser(inner, entries=16)  # a workspace keeps at most 2
+    cache.analyse("python", "theirs", "ws-other")
+    for i in range(50):
+        cache.analyse("python", f"mine-{i}", "ws-busy")
+    cache.analyse("python", "theirs", "ws-other")
+    assert [c for _, c, w in inner.asked if w == "ws-other"] == ["theirs"]
+    cache.analyse("python", "mine-49", "ws-busy")
+    cache.analyse("python", "mine-0", "ws-busy")
+    assert inner.asked[-1] == ("python", "mine-0", "ws-busy")  # its own oldest went
+    assert len(inner.asked) == 52
