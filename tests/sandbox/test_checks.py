@@ -172,3 +172,47 @@ def test_an_answer_out_of_the_rules_is_never_used(lie: str) -> None:
         assert checks._idle == []  # never asked again
     finally:
         checks.close()
+
+
+# A checker's confinement on its own: what a parser bug turned into code could try.
+CONFINED = """
+import os, signal, socket, sys
+from toolkiln.sandbox import checker
+checker._confine(64, 10, int(sys.argv[1]), True)
+def attempt(name, act):
+    try:
+        act()
+        print(name, "done", flush=True)
+    except OSError as exc:
+        print(name, type(exc).__name__, flush=True)
+attempt("open", lambda: open("/etc/hostname").read())
+attempt("stop another checker", lambda: os.kill(int(sys.argv[2]), signal.SIGSTOP))
+attempt("signal itself", lambda: os.kill(os.getpid(), 0))
+socket.socket()
+print("unreachable", flush=True)
+"""
+
+
+def test_a_confined_checker_only_computes_and_answers(pool: CheckerPool) -> None:
+    import os
+    import signal
+    import subprocess
+
+    pool.analyse("python", ORDINARY, "ws-target")
+    target = next(c.proc.pid for c in pool._idle if c.owner == "ws-target")
+    run = subprocess.run(
+        [sys.executable, "-I", "-c", CONFINED, str(os.getpid()), str(target)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={},
+    )
+    assert run.stdout.splitlines() == [
+        "open PermissionError",
+        "stop another checker PermissionError",
+        "signal itself done",
+    ], run.stderr
+    assert run.returncode == -signal.SIGSYS  # a socket: killed
+    with open(f"/proc/{target}/stat") as f:
+        assert f.read().rsplit(")", 1)[1].split()[0] != "T"  # not stopped
+    assert pool.analyse("python", ORDINARY + "\n", "ws-target").entrypoint == "main"

@@ -73,7 +73,7 @@ def _confine(memory_mb: int, cpu_s: int, parent: int, strict: bool) -> None:
     # hard one SIGKILL: a backstop under the host's wall-clock deadline for each request.
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
     try:
-        seccomp.Installer(seccomp.checker_filter()).install()
+        seccomp.Installer(seccomp.checker_filter(os.getpid())).install()
     except (OSError, RuntimeError):
         if strict:
             raise

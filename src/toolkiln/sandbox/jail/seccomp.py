@@ -309,11 +309,11 @@ def split_filter() -> tuple[bytes, bytes]:
     return _program(template, RET_KILL_PROCESS), _program(child, RET_ALLOW)
 
 
-# What a code checker (sandbox/checker.py) may do once its imports are loaded: compute, and
-# talk on the socket it was given. A look for a file (CPython may search for a source file to
-# quote in an error) is refused with EACCES; anything else kills it. A checker is not jailed
-# like a tool's child: this list is why a parser bug reached by hostile text gives nothing
-# beyond the checker's own answers (tests/security/test_parse_bounds.py).
+# What a code checker (sandbox/checker.py) may do once its imports are loaded: compute, talk
+# on the socket it was given, read its own limits. A look for a file (CPython may search for
+# a source file to quote in an error) is refused with EACCES; anything else kills it. A
+# checker is not jailed like a tool's child: this list is why a parser bug reached by hostile
+# text gives nothing beyond the checker's own answers (tests/sandbox/test_checks.py).
 CHECKER_ALLOW = (
     "read", "write", "recvfrom", "sendto", "poll", "munmap", "brk", "mremap", "madvise",
     "rt_sigreturn", "rt_sigprocmask", "rt_sigaction", "sigaltstack", "clock_gettime",
@@ -325,13 +325,18 @@ CHECKER_REFUSE = (
 )  # fmt: skip
 
 
-def checker_filter() -> bytes:
-    """The code checker's allowlist (CHECKER_ALLOW; memory never executable, as above)."""
+def checker_filter(pid: int) -> bytes:
+    """The allowlist of the code checker ``pid`` (CHECKER_ALLOW; memory never executable, as
+    above). Signals only to itself (glibc's abort): every checker runs as nobody, and one
+    must not stop or kill another workspace's."""
     rules = _rules()
     kept = {ALLOW[name]: [_ret(RET_ALLOW)] for name in CHECKER_ALLOW}
     kept.update({ALLOW[name]: [_ret(RET_ERRNO | errno.EACCES)] for name in CHECKER_REFUSE})
-    for name in ("mmap", "mprotect", "futex", "kill", "tkill", "tgkill", "prlimit64"):
+    for name in ("mmap", "mprotect", "futex", "prlimit64"):
         kept[SYS[name]] = rules[SYS[name]]
+    eperm = RET_ERRNO | errno.EPERM
+    for name in ("kill", "tkill", "tgkill"):  # the first argument: a pid, tid or tgid (int)
+        kept[SYS[name]] = _one_of(_arg_lo(0), [pid], RET_ALLOW, eperm)
     return _program(kept, RET_KILL_PROCESS)
 
 
