@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from toolkiln.domain.analysis import Analysis
+from toolkiln.domain.errors import TooManyRequests
 from toolkiln.sandbox.checks import CheckerPool
 
 ORDINARY = "import pytz\ndef main(**p):\n    return {'message': 'ok'}\n"
@@ -89,9 +90,9 @@ def test_a_checker_serves_one_workspace_only(pool: CheckerPool) -> None:
     assert {c.owner: c.proc.pid for c in pool._idle}["ws-owner-a"] == owners["ws-owner-a"]
 
 
-def test_a_workspace_holds_all_checkers_but_one() -> None:
-    """Two slow texts of one workspace hold two of three checkers; a third waits, and
-    another workspace's text is checked at once."""
+def test_a_workspace_holds_all_checkers_but_one_and_queues_few() -> None:
+    """Four slow texts of one workspace: two run on two of three checkers, two wait, and a
+    fifth is refused at once; another workspace's text is checked at once."""
     checks = CheckerPool(workers=3, seconds=5.0)
     done: list[str] = []
     try:
@@ -99,19 +100,21 @@ def test_a_workspace_holds_all_checkers_but_one() -> None:
             threading.Thread(
                 target=lambda: done.append(checks.analyse("python", FSTRING, "a").limit)
             )
-            for _ in range(3)
+            for _ in range(4)
         ]
         for t in slow:
             t.start()
         deadline = time.monotonic() + 30
-        while not (checks.fair.held.get("a") == 2 and checks.fair.waiting() == 1):
+        while not (checks.fair.held.get("a") == 2 and checks.fair.waiting() == 2):
             assert time.monotonic() < deadline, "the slow texts never filled a's share"
             time.sleep(0.01)
+        with pytest.raises(TooManyRequests):
+            checks.analyse("python", ORDINARY, "a")
         assert checks.analyse("python", ORDINARY, "b").entrypoint == "main"
         assert len(done) == 0
         for t in slow:
-            t.join(30)
-        assert done == ["time"] * 3
+            t.join(60)
+        assert done == ["time"] * 4
     finally:
         checks.close()
 

@@ -163,33 +163,36 @@ def test_run_code_slow_to_parse_is_the_codes_error_while_others_are_served(
 def test_one_workspace_cannot_take_every_checker(
     target: Target, served: tuple[str, BodyRead], attacker: Tenant, bystander: Tenant
 ) -> None:
-    """Four slow checks at once from one workspace hold at most all checkers but one: the
-    bystander's ordinary tool is checked while they are still in flight."""
+    """Six slow checks at once from one workspace: two run, two wait, two are refused at
+    once (429), and the bystander's ordinary tool is checked while they are in flight."""
     base, _ = served
-    fair = target.runtime.checks.fair if target.runtime.checks else None
-    assert fair is not None
+    checks = target.runtime.checks
+    assert checks is not None
     path, body = _request("validate", attacker, "python", FSTRING)
-    done: list[int] = []
+    done: list[httpx.Response] = []
 
     def send() -> None:
         with httpx.Client(base_url=base, timeout=WAIT_S) as c:
-            done.append(c.post(path, json=body, headers=attacker.headers).status_code)
+            done.append(c.post(path, json=body, headers=attacker.headers))
 
-    senders = [threading.Thread(target=send, daemon=True) for _ in range(4)]
+    senders = [threading.Thread(target=send, daemon=True) for _ in range(6)]
     for s in senders:
         s.start()
     deadline = time.monotonic() + WAIT_S
-    while not (fair.held.get(attacker.workspace_id) == fair.cap and fair.waiting() >= 1):
+    while not (checks.fair.held.get(attacker.workspace_id) == checks.fair.cap and len(done) == 2):
         assert time.monotonic() < deadline, "the slow checks never filled the workspace's share"
         time.sleep(0.01)
     ok = _request("validate", bystander, "python", "def main(**p):\n    return {'message': 'x'}")
     with httpx.Client(base_url=base, timeout=WAIT_S) as c:
         r = c.post(ok[0], json={**ok[1], "name": "ordinary"}, headers=bystander.headers)
     assert r.status_code == 200, r.text
-    assert len(done) < 4, "the bystander's check waited for every slow one"
+    assert len(done) == 2, "the bystander's check waited for the slow ones"
     for s in senders:
         s.join(WAIT_S)
-    assert done == [422] * 4
+    assert sorted(r.status_code for r in done) == [422] * 4 + [429] * 2
+    refused = [r for r in done if r.status_code == 429]
+    assert all(r.json()["error"]["code"] == "too_many_requests" for r in refused)
+    assert all(int(r.headers["retry-after"]) >= 1 for r in refused)
 
 
 def test_checkers_hold_nothing_of_the_service(target: Target, attacker: Tenant) -> None:

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from toolkiln.domain.analysis import Analysis
 from toolkiln.domain.builtin import RUN_CODE_SPEC, BuiltinSpec, dry_run
 from toolkiln.domain.codemode import PROGRAM_TIMEOUT_MS, RUN_PROGRAM, RUN_PROGRAM_SCHEMA
-from toolkiln.domain.errors import ServiceUnavailable
+from toolkiln.domain.errors import ServiceUnavailable, TooManyRequests
 from toolkiln.domain.formats import CUSTOM_PREFIX
 from toolkiln.domain.ids import new_id
 from toolkiln.domain.limits import MAX_CTX_NAME_CHARS
@@ -97,9 +97,10 @@ class Router:
             return to_ctx("refused", refused(origin.call_id, None, None, err))
         try:
             kind, result = self._route(origin, name, payload, nested=True)
-        except ServiceUnavailable as exc:
+        except (ServiceUnavailable, TooManyRequests) as exc:
             # The database went away under this ctx call (its tool's read, a nested run's
-            # admission or record, a built-in's write): the code gets the error envelope,
+            # admission or record, a built-in's write), or the workspace has its share of
+            # code checks under way (a nested run_code's): the code gets the error envelope,
             # as for any failing call (CONTRACT 5), and its own record decides the rest.
             err = error(exc.code, exc.message)
             return to_ctx("refused", refused(origin.call_id, None, None, err))
