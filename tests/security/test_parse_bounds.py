@@ -215,3 +215,15 @@ def test_checkers_hold_nothing_of_the_service(target: Target, attacker: Tenant) 
         assert status["Seccomp"].strip() == "2", status["Seccomp"]
         if os.geteuid() == 0:
             assert status["Uid"].split()[:3] == ["65534"] * 3, status["Uid"]
+
+
+def test_a_schema_too_complex_to_check_is_refused(target: Target, attacker: Tenant) -> None:
+    """Checking a schema against the 2020-12 metaschema costs ~100 steps of jsonschema per
+    subschema, in the service's process: 4,000 empty properties (51 KB, under the size cap)
+    held a thread 3-7 s. The check now has a budget of steps, as a value's has."""
+    schema = {"type": "object", "properties": {f"p{i}": {} for i in range(4000)}}
+    body = {**_tool(attacker, "python", "def main(**p):\n    return {}"), "input_schema": schema}
+    r = target.client.post("/v1/custom-tools/validate", json=body, headers=attacker.headers)
+    assert r.status_code == 422, r.text
+    [found] = r.json()["error"]["details"]
+    assert found["field"] == "input_schema" and "too complex to check" in found["message"]
