@@ -86,6 +86,12 @@ def _tool(t: Tenant, language: str, code: str) -> dict[str, Any]:
     }
 
 
+def _slow(language: str, case: str) -> str:
+    """The slow text of ``language``, made this case's own: a text analysed before is
+    answered from the workspace's analyses at once (services/analysis.py)."""
+    return SLOW[language] + ("# " if language == "python" else "// ") + case + "\n"
+
+
 def _request(endpoint: str, t: Tenant, language: str, code: str) -> tuple[str, dict[str, Any]]:
     if endpoint == "run-code":
         return "/v1/run-code", {"language": language, "code": code, "input": {}}
@@ -136,7 +142,7 @@ def test_code_slow_to_parse_is_refused_while_others_are_served(
     served: tuple[str, BodyRead], attacker: Tenant, bystander: Tenant, endpoint: str, language: str
 ) -> None:
     base, watch = served
-    slow = _request(endpoint, attacker, language, SLOW[language])
+    slow = _request(endpoint, attacker, language, _slow(language, endpoint))
     r = _answered_meanwhile(base, watch, slow, attacker.headers, bystander)
     assert r.status_code == 422, r.text
     error = r.json()["error"]
@@ -151,7 +157,7 @@ def test_run_code_slow_to_parse_is_the_codes_error_while_others_are_served(
     served: tuple[str, BodyRead], attacker: Tenant, bystander: Tenant, language: str
 ) -> None:
     base, watch = served
-    slow = _request("run-code", attacker, language, SLOW[language])
+    slow = _request("run-code", attacker, language, _slow(language, "run-code"))
     r = _answered_meanwhile(base, watch, slow, attacker.headers, bystander)
     assert r.status_code == 200, r.text
     result = r.json()["data"]
