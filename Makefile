@@ -11,7 +11,8 @@ WEB_DEPS := $(WEB)/node_modules/.installed
 BUNDLE := src/toolkiln/web/static/app.js
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: install serve test lint bench bench-code-mode clean browser nginx
+.PHONY: install serve test lint bench bench-code-mode clean browser nginx image image-base \
+	containers kubectl
 
 # The sandbox's template builds one C module of its own at install (jail/_spawn.c): a C
 # compiler and the interpreter's headers, from Debian's packages if missing.
@@ -50,6 +51,50 @@ nginx:
 	  apt-get update -qq && cd $(VENV) && apt-get download -qq nginx 2>/dev/null && \
 	  dpkg -x nginx_*.deb nginx && rm -f nginx_*.deb; }
 
+# The image (Containerfile; docs/deployment.md): `make image IMAGE=registry.example.org/toolkiln:1`.
+# PODMAN may carry global flags, e.g. `PODMAN="podman --runtime runc"` where crun refuses the
+# host's cgroups. The host's CA bundle, when there is one, is lent to the build for pip and
+# npm (a proxy with its own authority); it is not copied into the image.
+IMAGE ?= localhost/toolkiln:latest
+PODMAN ?= podman
+HOST_CA := /etc/ssl/certs/ca-certificates.crt
+IMAGE_CA := $(if $(wildcard $(HOST_CA)),-v $(dir $(HOST_CA)):/run/host-certs:ro \
+  --build-arg PIP_CERT=/run/host-certs/$(notdir $(HOST_CA)) \
+  --build-arg NODE_EXTRA_CA_CERTS=/run/host-certs/$(notdir $(HOST_CA)))
+image:
+	$(PODMAN) build --jobs 2 --tag $(IMAGE) $(IMAGE_CA) .
+
+# The image tests need Debian's podman (with runc: crun refuses a hybrid cgroup layout) and,
+# where no image registry is reachable, `image-base`: the base the Containerfile names, made
+# under that name from Debian's packages (mmdebstrap, slimmed as the registry's is). A base
+# that is there already, pulled or made, is kept.
+IMAGE_BASE = $(shell sed -n 's/^ARG BASE=//p' Containerfile)
+DEBIAN_MIRROR ?= http://deb.debian.org
+containers:
+	@missing=; for p in podman runc mmdebstrap uidmap; do \
+	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	  test -z "$$missing" || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; }
+
+image-base: containers
+	@$(PODMAN) image exists $(IMAGE_BASE) || { \
+	  mmdebstrap --quiet --variant=minbase --dpkgopt=force-unsafe-io \
+	    --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
+	    --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/info/*' \
+	    --dpkgopt='path-exclude=/usr/share/locale/*' --aptopt='Acquire::Languages "none"' \
+	    bookworm - "deb $(DEBIAN_MIRROR)/debian bookworm main" \
+	    "deb $(DEBIAN_MIRROR)/debian bookworm-updates main" \
+	    "deb $(DEBIAN_MIRROR)/debian-security bookworm-security main" \
+	  | $(PODMAN) import --quiet - $(IMAGE_BASE) >/dev/null; }
+
+# The manifests test renders deploy/kubernetes with kustomize, built into Debian's kubectl
+# (package kubernetes-client), unpacked into the venv like nginx.
+KUBECTL_LOCAL := $(VENV)/kubectl/usr/bin/kubectl
+kubectl:
+	@test -x $(KUBECTL_LOCAL) || { \
+	  apt-get update -qq && cd $(VENV) && apt-get download -qq kubernetes-client 2>/dev/null && \
+	  dpkg -x kubernetes-client_*.deb kubectl && rm -f kubernetes-client_*.deb; }
+
 serve: install
 	$(BIN)/toolkiln serve
 
@@ -60,7 +105,7 @@ lint: install
 	$(BIN)/lint-imports
 	cd $(WEB) && npm run --silent lint
 
-test: lint browser nginx
+test: lint browser nginx containers kubectl
 	$(BIN)/pytest -q
 
 bench: install

@@ -1,0 +1,1 @@
+"""The image, its container and the Kubernetes manifests (docs/deployment.md)."""
