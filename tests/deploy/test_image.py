@@ -31,6 +31,7 @@ from tests.deploy.podman import (
     substitute,
 )
 from tests.reliability.harness import free_port, wait_for
+from toolkiln.sandbox.packages import JsPackageStore, PackageStore
 
 TOKEN = "tk_image-admin-" + secrets.token_hex(8)
 SANDBOX_FIRST_UID = 1_000_000  # sandbox/uids.py: the per-call uids
@@ -50,17 +51,16 @@ def rootfs(image: str) -> Iterator[Path]:
 
 
 @pytest.fixture(scope="module")
-def service(image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    """The documented container, on a free port, with its own data and cgroup directories."""
+def service(image: str) -> Iterator[tuple[str, str]]:
+    """The documented container, on a free port, with its own volume and cgroup directories."""
     tag = secrets.token_hex(4)
-    name, cgroups = f"toolkiln-test-{tag}", Delegated(f"tk-{tag}")
-    data = tmp_path_factory.mktemp("container-data")
+    name, volume, cgroups = f"toolkiln-test-{tag}", f"toolkiln-test-{tag}", Delegated(f"tk-{tag}")
     port = free_port()
     args = substitute(
         documented_run(),
         {
             "--name=toolkiln": f"--name={name}",
-            "/srv/toolkiln:": f"{data}:",
+            "toolkiln-data:": f"{volume}:",
             "/toolkiln:/sys/fs/cgroup": f"/{cgroups.name}:/sys/fs/cgroup",
             "127.0.0.1:8080:8080": f"127.0.0.1:{port}:8080",
             "localhost/toolkiln:latest": image,
@@ -84,6 +84,7 @@ def service(image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tu
     finally:
         podman("stop", "--time", "40", name, check=False, timeout=60)
         podman("rm", "--force", name, check=False)
+        podman("volume", "rm", "--force", volume, check=False)
         cgroups.remove()
 
 
@@ -109,6 +110,13 @@ def test_the_final_image_has_no_build_tools_or_package_caches(image: str, rootfs
     assert list((site / "toolkiln/sandbox/jail").glob("_spawn.cpython-311-*.so")), "C module"
     assert (site / "toolkiln/web/static/app.js").stat().st_size > 100_000, "the view's bundle"
     assert not (rootfs / "src").exists() and not (rootfs / "opt/toolkiln/src").exists()
+    packages = rootfs / "var/lib/toolkiln/packages"
+    # The curated packages, as the service's own stores find them (read-only: no __init__,
+    # which makes the directory): runners need no egress for them.
+    for store, root in ((PackageStore, "python"), (JsPackageStore, "javascript")):
+        seen = store.__new__(store)
+        seen.root = packages / root
+        assert all(seen.installed(spec) for spec in seen.specs(store.listed)), root
     config = podman("image", "inspect", "--format", "{{.Config.User}}", image).strip()
     assert config == "10001:10001"
     passwd = (rootfs / "etc/passwd").read_text()
@@ -159,6 +167,18 @@ def test_a_tool_is_created_and_invoked_through_the_published_port(
         assert result["message"] == f"{prefix}{n}"
         if language == "python":
             assert result["raw_data"] >= SANDBOX_FIRST_UID  # the per-call uid, not root
+
+
+def test_curated_packages_come_with_the_image(service: tuple[str, str]) -> None:
+    """Imported from the image's copies: the service installs nothing (it logs each install)."""
+    base, name = service
+    py = "import yaml\ndef main(**p):\n    return {'message': yaml.safe_dump({'a': 1}).strip()}"
+    js = "const _ = require('lodash');\nfunction main(p) { return {message: _.join(['a', 1], ': ')}; }"
+    for language, code in (("python", py), ("javascript", js)):
+        result = _run(base, language, code)
+        assert result["status"] == "ok", result["error"]
+        assert result["message"] == "a: 1"
+    assert "installing" not in logs(name)
 
 
 def _run(base: str, language: str, code: str) -> dict[str, Any]:
