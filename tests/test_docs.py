@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
 from tests.conftest import ROOT
+from tests.deploy.podman import documented_run
 from toolkiln.cli.main import _parser
 from toolkiln.config import Settings
 
@@ -32,3 +35,18 @@ def test_every_table_is_documented() -> None:
     text = (ROOT / "docs" / "data-model.md").read_text()
     for name in metadata.tables:
         assert f"| `{name}` |" in text, name
+
+
+def test_what_the_service_needs_is_said_one_way() -> None:
+    """README, configuration.md and security.md say it in the same words, naming the
+    capabilities the documented container runs with (tests/deploy/test_image.py)."""
+    said = set()
+    for page in ("README.md", "docs/configuration.md", "docs/security.md"):
+        text = " ".join((ROOT / page).read_text().split())
+        found = re.search(r"Toolkiln needs Linux .*? never host root itself\.", text)
+        assert found, page
+        said.add(found.group(0))
+    assert len(said) == 1, said
+    granted = next(w for w in documented_run() if w.startswith("--cap-add="))
+    named = set(re.findall(r"`CAP_([A-Z_]+)`", said.pop()))
+    assert named == set(granted.split("=", 1)[1].split(","))
