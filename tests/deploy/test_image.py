@@ -33,9 +33,9 @@ from tests.deploy.podman import (
 )
 from tests.reliability.harness import free_port, wait_for
 from toolkiln.sandbox.packages import JsPackageStore, PackageStore
+from toolkiln.sandbox.uids import FIRST_UID  # the per-call uids when the service is host root
 
 TOKEN = "tk_image-admin-" + secrets.token_hex(8)
-SANDBOX_FIRST_UID = 1_000_000  # sandbox/uids.py: the per-call uids
 
 
 @pytest.fixture(scope="module")
@@ -165,7 +165,7 @@ def test_a_tool_is_created_and_invoked_through_the_published_port(
         assert result["status"] == "ok", result
         assert result["message"] == f"{prefix}{n}"
         if language == "python":
-            assert result["raw_data"] >= SANDBOX_FIRST_UID  # the per-call uid, not root
+            assert result["raw_data"] >= FIRST_UID  # the per-call uid, not root
 
 
 def test_curated_packages_come_with_the_image(service: tuple[str, str]) -> None:
@@ -259,7 +259,7 @@ def test_from_the_host_tool_processes_hold_unprivileged_uids_and_no_capabilities
     sandboxed = [p for p in procs if p.uids[0] != 0]
     assert sandboxed, "no process of the container runs tool code"
     for p in sandboxed:
-        assert min(p.uids) >= SANDBOX_FIRST_UID, p
+        assert min(p.uids) >= FIRST_UID, p
         assert p.cap_eff == 0, p
     for p in procs:  # nothing holds a capability the documented command did not grant
         assert cap_names(p.cap_bnd) <= set(CAPS), p
