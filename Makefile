@@ -61,8 +61,10 @@ HOST_CA := /etc/ssl/certs/ca-certificates.crt
 IMAGE_CA := $(if $(wildcard $(HOST_CA)),-v $(dir $(HOST_CA)):/run/host-certs:ro \
   --build-arg PIP_CERT=/run/host-certs/$(notdir $(HOST_CA)) \
   --build-arg NODE_EXTRA_CA_CERTS=/run/host-certs/$(notdir $(HOST_CA)))
+# Stages one after another: with --jobs, podman 4.3 may remove a stage's base while a sibling
+# stage still runs on it ("layer not known"; buildah issue 5805, seen here).
 image:
-	$(PODMAN) build --jobs 2 --tag $(IMAGE) $(IMAGE_CA) .
+	$(PODMAN) build --tag $(IMAGE) $(IMAGE_CA) .
 
 # The image tests need Debian's podman (with runc: crun refuses a hybrid cgroup layout) and,
 # where no image registry is reachable, `image-base`: the base the Containerfile names, made
