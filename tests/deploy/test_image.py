@@ -256,11 +256,13 @@ def test_from_the_host_tool_processes_hold_unprivileged_uids_and_no_capabilities
     _run(base, "python", PY_TOOL.replace("p['x']", "'warm'"))  # warm processes are there
     init = int(podman("inspect", "--format", "{{.State.Pid}}", name).strip())
     procs = list(descendants(init))
-    sandboxed = [p for p in procs if p.uids[0] != 0]
-    assert sandboxed, "no process of the container runs tool code"
-    for p in sandboxed:
-        assert min(p.uids) >= FIRST_UID, p
-        assert p.cap_eff == 0, p
+    # Every process not the host's root holds no capability and no uid 0 at all: the tool
+    # processes (uids of the sandbox's range) and helpers such as the pattern checker (nobody).
+    for p in procs:
+        if p.uids[0] != 0:
+            assert 0 not in p.uids and p.cap_eff == 0, p
+    tools = [p for p in procs if min(p.uids) >= FIRST_UID]
+    assert tools, "no warm process at a sandbox uid"
     for p in procs:  # nothing holds a capability the documented command did not grant
         assert cap_names(p.cap_bnd) <= set(CAPS), p
     # What holds host uid 0: tini, the service and its sandbox templates (the container's
