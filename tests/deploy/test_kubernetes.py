@@ -120,6 +120,9 @@ def test_the_runner_runs_in_a_user_namespace_with_the_jails_capabilities_only(
     granted = next(w for w in documented_run() if w.startswith("--cap-add="))
     assert sorted(sc["capabilities"]["add"]) == sorted(granted.split("=", 1)[1].split(","))
     assert sc["readOnlyRootFilesystem"] is True
+    # The image's data directory stays visible: the curated packages are there.
+    mounted = {m["mountPath"] for m in container.get("volumeMounts", [])}
+    assert not any(p == "/var/lib" or p.startswith("/var/lib/toolkiln") for p in mounted)
     assert {"seccompProfile", "appArmorProfile"} <= set(sc)  # chosen, with reasons in comments
     variables = env(container)
     assert "secretKeyRef" in variables["TOOLKILN_RUNNER_TOKEN"]["valueFrom"]
