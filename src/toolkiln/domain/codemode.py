@@ -11,7 +11,7 @@ import json
 import re
 from typing import Any
 
-from toolkiln.domain.builtin import BuiltinSpec
+from toolkiln.domain.builtin import RUN_CODE_SPEC, BuiltinSpec
 from toolkiln.domain.formats import CUSTOM_PREFIX, ToolDef
 from toolkiln.domain.limits import MAX_TIMEOUT_MS
 from toolkiln.domain.records import BUILTIN_NAMES
@@ -29,6 +29,7 @@ RUN_PROGRAM_SCHEMA: dict[str, Any] = {
     "required": ["language", "code"],
     "additionalProperties": False,
 }
+RUN_CODE_NAME = RUN_CODE_SPEC.name
 _IDENT = re.compile(r"[^a-zA-Z0-9_]")
 _MAX_DOC = 300  # characters of a tool's or a field's description kept in a signature
 
@@ -69,6 +70,13 @@ def describe(defs: list[ToolDef], language: str) -> str:
         )
         body = [RESULT_NOTE[language], *(_py(d, call_name(d)) for d in defs)]
     return head + "\n".join(body)
+
+
+def program_allowed(builtins: list[str] | frozenset[str]) -> bool:
+    """``run_program`` runs code the caller wrote, as ``run_code`` does: the workspace
+    policy's ``run_code`` decides both, in the tool list and when called (a policy of
+    ``builtins: []`` left programs running: tests/security/test_program_policy.py)."""
+    return RUN_CODE_NAME in builtins
 
 
 RUN_PROGRAM_SPEC = BuiltinSpec(

@@ -6,7 +6,12 @@ import dataclasses
 from typing import Any
 
 from toolkiln.domain.auth import Principal
-from toolkiln.domain.codemode import PROGRAM_LANGUAGES, RUN_PROGRAM, program_def
+from toolkiln.domain.codemode import (
+    PROGRAM_LANGUAGES,
+    RUN_PROGRAM,
+    program_allowed,
+    program_def,
+)
 from toolkiln.domain.errors import InvalidRequest, NotFound
 from toolkiln.domain.formats import CUSTOM_PREFIX, FORMATS, ToolDef, render
 from toolkiln.domain.ids import new_id, utcnow
@@ -179,7 +184,8 @@ class AgentService:
         language: str = "python",
     ) -> list[dict[str, Any]]:
         """The agent's tools in a provider's format; in code mode, one ``run_program`` tool
-        whose description declares the code-mode tools in ``language`` (CONTRACT 7a)."""
+        whose description declares the code-mode tools in ``language`` (CONTRACT 7a), or
+        none when the workspace policy does not allow ``run_code``."""
         problems = []
         if fmt not in FORMATS:
             problems.append({"field": "format", "message": f"one of {', '.join(FORMATS)}"})
@@ -193,6 +199,9 @@ class AgentService:
             raise InvalidRequest(f"{problems[0]['field']} is not valid.", problems)
         _, defs = self.tool_defs(principal, agent_id, mode)
         if mode == "code":
+            # Offered only where the policy allows run_code (the router refuses it too).
+            if not program_allowed(frozenset(d.name for d in defs if d.kind == "builtin")):
+                return []
             return render([program_def(defs, language)], fmt, strict)
         return render(defs, fmt, strict)
 

@@ -18,7 +18,12 @@ from typing import Any, Literal
 
 from toolkiln.domain.analysis import Analysis
 from toolkiln.domain.builtin import RUN_CODE_SPEC, BuiltinSpec, dry_run
-from toolkiln.domain.codemode import PROGRAM_TIMEOUT_MS, RUN_PROGRAM, RUN_PROGRAM_SCHEMA
+from toolkiln.domain.codemode import (
+    PROGRAM_TIMEOUT_MS,
+    RUN_PROGRAM,
+    RUN_PROGRAM_SCHEMA,
+    program_allowed,
+)
 from toolkiln.domain.errors import ServiceUnavailable, TooManyRequests
 from toolkiln.domain.formats import CUSTOM_PREFIX
 from toolkiln.domain.ids import new_id
@@ -212,7 +217,15 @@ class Router:
 
     def _program(self, origin: Origin, payload: Any) -> Result:
         """Code mode's ``run_program``: one sandbox run whose ``ctx.tools`` reach exactly the
-        agent's code-mode offer (``origin.offer``), under this call's one budget."""
+        agent's code-mode offer (``origin.offer``), under this call's one budget. Refused,
+        unrun, where the workspace policy does not allow ``run_code``."""
+        if not program_allowed(self._policy(origin).builtins):
+            message = (
+                f"No tool named {RUN_PROGRAM!r} is available to this agent: the workspace "
+                "policy does not allow run_code."
+            )
+            err = error("unknown_tool", message, {"name": RUN_PROGRAM, "available": []})
+            return refused(origin.call_id, None, None, err)
         if problems := input_problems(_RUN_PROGRAM_VALIDATOR, payload):
             err = error("invalid_input", "The input does not match the schema.", problems)
             return refused(origin.call_id, None, None, err)
