@@ -1,6 +1,7 @@
 // A tool's audit rows, newest first, read a little at a time. The audit lists oldest first:
 // the feed pages through it once, then keeps the cursor of the last full page, so a refresh
-// reads only what is new (usually one request). It keeps the newest KEEP rows.
+// reads only what is new (usually one request). It keeps the newest KEEP rows. Ids are opaque
+// (they say nothing of order): the order is the one the pages came in, which a Map keeps.
 
 import { api, q } from "./api.js";
 import { paged } from "./limits.js";
@@ -21,8 +22,8 @@ export function auditFeed(toolId, limits) {
       next = page.next_cursor;
       cursor = next;
     }
-    const newest = [...rows.values()].sort((a, b) => Number(b.id) - Number(a.id)).slice(0, KEEP);
-    rows = new Map(newest.map((r) => [r.id, r]));
-    return newest;
+    const kept = [...rows.values()].slice(-KEEP);
+    rows = new Map(kept.map((r) => [r.id, r]));
+    return kept.reverse();
   };
 }

@@ -26,16 +26,23 @@ export function callsSection(tool) {
   const callRow = (r) => {
     const d = r.data && typeof r.data === "object" ? r.data : {};
     const status = String(d.status ?? "");
+    // A test run's execution counts nothing and stores no Result to show.
+    const test = d.test_run === true;
     return row(
       {},
       cell("When", { text: when(r.created_at) }),
-      cell("Status", {}, h("span", { class: `status status-${status === "ok" ? "ok" : "error"}`, text: status })),
+      cell(
+        "Status",
+        {},
+        h("span", { class: `status status-${status === "ok" ? "ok" : "error"}`, text: status }),
+        test ? " (test run)" : "",
+      ),
       cell("Duration", { class: "num", text: d.duration_ms === undefined ? "" : `${d.duration_ms} ms` }),
       cell("Source", { text: r.source || "" }),
       cell(
         "Result",
         {},
-        r.tool_call_id
+        r.tool_call_id && !test
           ? h("button", {
               type: "button",
               class: "link",

@@ -166,6 +166,13 @@ def test_a_generations_examples_send_store_and_call_nothing(stage: Stage, langua
     called = [row["data"] for row in audit if row["event"] == "builtin.called"]
     assert called and {c["error"] for c in called} == {"dry_run"}
     assert not any(row["event"] == "tool.invoked" for row in audit)
+    # The held-back calls are in the custom tool's own trail (CONTRACT 8), marked test runs.
+    trail = client.get(f"/v1/audit?tool_id={mailer.json()['data']['id']}", headers=HEADERS).json()[
+        "data"
+    ]
+    held = [row["data"] for row in trail if row["event"] == "tool.called"]
+    assert len(held) == EXAMPLES - 1, trail  # the last example's call met the call limit
+    assert all(h["error"] == "dry_run" and h["test_run"] is True for h in held), held
 
 
 def test_saving_the_draft_runs_its_test_cases_for_real(stage: Stage) -> None:

@@ -30,12 +30,17 @@ def racing(runtime: Runtime, space: Space, name: str, meanwhile: dict[str, Any])
     done: list[bool] = []
 
     def run_and_interfere(
-        p: Principal, ws: str, d: ToolDraft, payload: Any, budget: Budget | None
+        p: Principal,
+        ws: str,
+        d: ToolDraft,
+        payload: Any,
+        budget: Budget | None,
+        tool_id: str | None,
     ) -> Result:
         if not done:  # another writer lands while our cases run
             registry.update(who, tool.id, meanwhile)
             done.append(True)
-        return registry.cases.run_one(p, ws, d, payload, budget)
+        return registry.cases.run_one(p, ws, d, payload, budget, tool_id)
 
     service = ToolService(
         runtime.database.transaction,

@@ -54,13 +54,18 @@ class DraftRunner:
         draft: ToolDraft,
         payload: Any,
         budget: Budget | None = None,
+        tool_id: str | None = None,
     ) -> Result:
         """``budget``: shared with other runs of the same work (a generation's examples,
-        whose budget is dry: CONTRACT 9); None: one of its own, lasting the draft's time."""
+        whose budget is dry: CONTRACT 9); None: one of its own, lasting the draft's time.
+        ``tool_id``: the stored tool the draft is a version of (its test cases), whose id
+        the run's rows carry."""
         # Validated before (its analysis is the workspace's, kept: services/analysis.py).
         analysis = self._router.analyser.analyse(draft.language, draft.code, workspace_id)
         budget = budget if budget is not None else Budget.lasting(draft.timeout_ms)
         origin = Origin.root(Caller(principal, workspace_id), new_id(), budget)
+        if tool_id is not None:
+            origin = origin.entering(tool_id)
         if analysis.problems:
             return unrunnable(origin.call_id, analysis)
         self._runs.prepare(draft.language, analysis.imports)

@@ -37,7 +37,7 @@ from toolkiln.domain.tools import Tool
 from toolkiln.services.dispatch import Builtins
 from toolkiln.services.places import Places
 from toolkiln.services.ports import CodeAnalyser, UnitOfWork, UnitOfWorkFactory
-from toolkiln.services.runs import Code, Runs, unrunnable
+from toolkiln.services.runs import Code, Runs, test_run, unrunnable
 
 Kind = Literal["builtin", "run_code", "custom", "refused"]
 MAX_NAME_CHARS = MAX_CTX_NAME_CHARS
@@ -155,18 +155,25 @@ class Router:
     def run_draft(self, origin: Origin, code: Code, schema: dict[str, Any], payload: Any) -> Result:
         """Run unsaved code once (a test run, a test case, a generated example): nothing is
         stored or counted, neither the draft nor any custom tool it reaches, but the audit
-        rows of its ctx calls are written."""
+        rows of its ctx calls are written. The code of a stored tool (its test cases:
+        ``origin.tool_id``) leaves a ``tool.invoked`` row marked as a test run too."""
         origin.budget.counting = False
+        result: Result | None = None
         try:
             if problems := input_problems(compile_validator(schema), payload):
                 err = error(
                     "invalid_input", "The input does not match the tool's schema.", problems
                 )
-                return refused(origin.call_id, None, None, err)
-            outcome = self._runs.run(origin, code, payload, self.from_code)
-            return Runs.shape(origin, code, None, outcome)
+                result = refused(origin.call_id, origin.tool_id, None, err)
+            else:
+                outcome = self._runs.run(origin, code, payload, self.from_code)
+                result = Runs.shape(origin, code, None, outcome)
+            return result
         finally:
-            self._runs.flush(origin)
+            if result is not None and origin.tool_id is not None:  # a stored tool's own case
+                self._runs.record_uncounted(origin, origin.tool_id, result)
+            else:
+                self._runs.flush(origin)
 
     def run_code(self, origin: Origin, payload: Any) -> Result:
         """``run_code`` as the root call (``POST /v1/run-code``)."""
@@ -201,19 +208,33 @@ class Router:
             err = error("recursion", "A tool may not reach itself.", {"chain": chain})
             return "refused", refused(origin.call_id, tool.id, tool.version, err)
         if origin.budget.holds_back(acts=True):  # a custom tool may act outside the call
-            return "refused", refused(origin.call_id, tool.id, tool.version, dry_run(name[:64]))
+            held = refused(origin.call_id, tool.id, tool.version, dry_run(name[:64]))
+            if nested:
+                self._called(origin, tool, held)
+            return "refused", held
         if not nested:
             return "custom", self.run_tool(origin, tool, payload, read_at=read_at)
         result = self.run_tool(origin.nested(new_id()), tool, payload, read_at=read_at)
-        data = {
+        self._called(origin, tool, result)
+        return "custom", result
+
+    @staticmethod
+    def _called(origin: Origin, tool: Tool, result: Result) -> None:
+        """The ``tool.called`` row of a custom tool reached from code. It is about the tool
+        called, so it carries that tool's id (CONTRACT 8): a program's, ``run_code``'s, a
+        test run's or a generated example's call of a stored tool is in the tool's trail."""
+        data: dict[str, Any] = {
             "name": tool.name,
             "tool_id": tool.id,
             "tool_call_id": result.tool_call_id,
             "status": result.status,
             "error": result.error["code"] if result.error else None,
         }
-        origin.rows.append(origin.row("tool.called", data))
-        return "custom", result
+        if origin.tool_id is not None:
+            data["caller_tool_id"] = origin.tool_id
+        if not origin.budget.counting:
+            data = test_run(data)
+        origin.rows.append(origin.row("tool.called", data, tool_id=tool.id))
 
     def _program(self, origin: Origin, payload: Any) -> Result:
         """Code mode's ``run_program``: one sandbox run whose ``ctx.tools`` reach exactly the
@@ -326,7 +347,7 @@ class Router:
         if run.budget.counting:
             self._runs.record_tool(run, tool.id, result)
         else:  # under a test run (CONTRACT 3: test runs count nothing): the rows only
-            self._runs.flush(run)
+            self._runs.record_uncounted(run, tool.id, result)
         return result
 
     def _policy(self, origin: Origin) -> Policy:

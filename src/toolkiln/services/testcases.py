@@ -23,9 +23,10 @@ from toolkiln.domain.testcases import CaseReport, CaseSpec, report
 from toolkiln.domain.tools import ToolDraft
 from toolkiln.services.places import Places
 
-# (principal, workspace, draft, input, budget): the budget shared by runs that belong
-# together (a generation's examples), or None for a run with a budget of its own.
-RunOnce = Callable[[Principal, str, ToolDraft, Any, Budget | None], Result]
+# (principal, workspace, draft, input, budget, tool id): the budget shared by runs that
+# belong together (a generation's examples), or None for a run with a budget of its own; the
+# stored tool's id when the draft is one's version (its test cases), or None.
+RunOnce = Callable[[Principal, str, ToolDraft, Any, Budget | None, str | None], Result]
 
 # All the cases of one write share this much wall-clock time; what is left over is not run.
 CASES_BUDGET_S = 120.0
@@ -75,6 +76,7 @@ class CaseRunner:
         draft: ToolDraft,
         payload: Any,
         budget: Budget | None = None,
+        tool_id: str | None = None,
     ) -> Result:
         """One run of ``draft``; ``budget``: one shared with the other runs of the same
         work (a generation's examples), else the run has one of its own."""
@@ -83,20 +85,31 @@ class CaseRunner:
             return refused(new_id(), None, None, err)
         # The cases are not needed to run one input; leaving them out skips re-checking them.
         slim = replace(draft, test_cases=[])
-        return self._run_once(principal, workspace_id, slim, payload, budget)
+        return self._run_once(principal, workspace_id, slim, payload, budget, tool_id)
 
     def run(
-        self, principal: Principal, workspace_id: str, draft: ToolDraft, cases: list[CaseSpec]
+        self,
+        principal: Principal,
+        workspace_id: str,
+        draft: ToolDraft,
+        cases: list[CaseSpec],
+        tool_id: str | None = None,
     ) -> list[CaseReport]:
         """Every case, in one place of the workspace's long work (``TooManyRequests`` when
-        it has none free)."""
+        it has none free). ``tool_id``: the tool whose version ``draft`` is (or is about to
+        be, on a create): the runs' audit rows carry it, marked as test runs (CONTRACT 8)."""
         if not cases:
             return []
         with self._places.take(workspace_id, "test_cases"):
-            return self._run_all(principal, workspace_id, draft, cases)
+            return self._run_all(principal, workspace_id, draft, cases, tool_id)
 
     def _run_all(
-        self, principal: Principal, workspace_id: str, draft: ToolDraft, cases: list[CaseSpec]
+        self,
+        principal: Principal,
+        workspace_id: str,
+        draft: ToolDraft,
+        cases: list[CaseSpec],
+        tool_id: str | None,
     ) -> list[CaseReport]:
         deadline = time.monotonic() + self._budget_s
         out: list[CaseReport] = []
@@ -107,6 +120,8 @@ class CaseRunner:
                 result = refused(new_id(), None, None, error("not_run", message))
             else:
                 timed = replace(draft, timeout_ms=min(draft.timeout_ms, left_ms))
-                result = self.run_one(principal, workspace_id, timed, case["input"])
+                result = self.run_one(
+                    principal, workspace_id, timed, case["input"], tool_id=tool_id
+                )
             out.append(report(case, result))
         return out

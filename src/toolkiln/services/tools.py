@@ -136,11 +136,12 @@ class ToolService:
     ) -> Tool:
         schema, analysis = self._preflight(principal, workspace_id, draft)
         cases = check_test_cases(draft.test_cases)[0]
+        tool_id = new_id()  # before the cases run: their audit rows carry it
         if cases and not allow_failing_tests:
-            self._require_passing(principal, workspace_id, draft, cases)
+            self._require_passing(principal, workspace_id, draft, cases, tool_id)
         now = utcnow()
         tool = Tool(
-            id=new_id(),
+            id=tool_id,
             workspace_id=workspace_id,
             name=draft.name,
             description=draft.description,
@@ -206,7 +207,9 @@ class ToolService:
             return current
         must_test = planned.new_version and bool(planned.cases) and not allow_failing_tests
         if must_test:
-            self._require_passing(principal, current.workspace_id, planned.draft, planned.cases)
+            self._require_passing(
+                principal, current.workspace_id, planned.draft, planned.cases, current.id
+            )
         with self._uow() as tx:
             current = self._visible(tx, principal, tool_id, lock=True)
             _require_base(current, base_version)
@@ -274,9 +277,14 @@ class ToolService:
         return _Change(draft, cases, fields)
 
     def _require_passing(
-        self, principal: Principal, workspace_id: str, draft: ToolDraft, cases: list[CaseSpec]
+        self,
+        principal: Principal,
+        workspace_id: str,
+        draft: ToolDraft,
+        cases: list[CaseSpec],
+        tool_id: str,
     ) -> None:
-        reports = self.cases.run(principal, workspace_id, draft, cases)
+        reports = self.cases.run(principal, workspace_id, draft, cases, tool_id)
         if not all(r["passed"] for r in reports):
             raise TestsFailed(reports)
 
@@ -298,7 +306,8 @@ class ToolService:
             timeout_ms=found.timeout_ms,
         )
         cases = check_test_cases(found.test_cases)[0]
-        return CasesRun(found.version, self.cases.run(principal, tool.workspace_id, draft, cases))
+        reports = self.cases.run(principal, tool.workspace_id, draft, cases, tool.id)
+        return CasesRun(found.version, reports)
 
     @staticmethod
     def _merged_draft(current: Tool, change: dict[str, Any]) -> ToolDraft:
