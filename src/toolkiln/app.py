@@ -19,6 +19,7 @@ from toolkiln.builtins.email import SendEmail, SmtpConfig
 from toolkiln.builtins.files import SurfaceFile
 from toolkiln.builtins.search import WebSearch, make_provider
 from toolkiln.config import Settings
+from toolkiln.domain.opaque import KEY_BYTES, Positions
 from toolkiln.domain.schema import use_searcher
 from toolkiln.mcp_server.http import McpHttp
 from toolkiln.sandbox import patterns
@@ -103,6 +104,12 @@ def _signing_key(settings: Settings, database: Database) -> bytes:
     return database.shared_secret("file_signing_key", seed).encode()
 
 
+def _positions_key(database: Database) -> bytes:
+    """The key that seals audit ids and list cursors (domain/opaque.py): generated once and
+    kept in the database, so every replica issues and accepts the same strings."""
+    return bytes.fromhex(database.shared_secret("positions_key", secrets.token_hex(KEY_BYTES)))
+
+
 def build(settings: Settings, *, migrate: bool = True, sandbox: bool = True) -> Runtime:
     """``sandbox=False`` for CLI commands that only touch the database."""
     _keep_out_of_logs(settings)
@@ -147,8 +154,11 @@ def build(settings: Settings, *, migrate: bool = True, sandbox: bool = True) -> 
     )
     router = Router(uow, Builtins(_builtins(settings, uow, files)), runs, analyser, places)
     drafts = DraftRunner(router, runs)  # test runs and test cases: uncounted runs of a draft
-    tools = ToolService(uow, analyser, CaseRunner(drafts.run, places=places), runs.prepare)
-    invoke = InvokeService(uow, router, tools, drafts, places)
+    positions = Positions(_positions_key(database))
+    audit = AuditService(uow, positions)
+    cases = CaseRunner(drafts.run, places=places)
+    tools = ToolService(uow, analyser, cases, runs.prepare, positions=positions)
+    invoke = InvokeService(uow, router, tools, drafts, audit, places)
     background = Supervisor()
     system = SystemService(
         database.problem,
@@ -158,12 +168,12 @@ def build(settings: Settings, *, migrate: bool = True, sandbox: bool = True) -> 
     services = Services(
         access=AccessService(uow),
         tools=tools,
-        audit=AuditService(uow),
+        audit=audit,
         system=system,
         invoke=invoke,
         router=router,
         files=files,
-        outbox=OutboxService(uow),
+        outbox=OutboxService(uow, positions),
         agents=AgentService(uow, invoke, router),
         generate=GenerateService(
             uow,

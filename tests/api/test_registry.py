@@ -228,16 +228,51 @@ def test_lists_page_with_cursors(client: TestClient, space: Space, rw) -> None:
     assert bad.status_code == 422
 
 
-def test_every_cursor_the_pattern_allows_is_a_page(client: TestClient, space: Space, rw) -> None:
-    """Any 1-15 hex digits (the OpenAPI pattern), past what a sequence column holds too: an
-    empty last page, never a 500 (PostgreSQL refused 80000000 against a 32-bit column)."""
-    create(client, space, rw, name="past-the-end")
-    for path in ("/v1/custom-tools", "/v1/outbox", "/v1/audit"):
-        for cursor in ("7fffffff", "80000000", "f" * 15):
+def test_a_cursor_not_issued_for_that_list_is_refused_naming_the_field(
+    client: TestClient, space: Space, rw
+) -> None:
+    """Cursors are sealed positions (domain/opaque.py): one of the pattern's shape that the
+    service did not issue, an old hexadecimal one, another list's, or an audit row's id is a
+    422 naming ``cursor``, never a page from a made-up position and never a 500."""
+    create(client, space, rw, name="cursor-lists")
+    create(client, space, rw, name="cursor-lists-2")
+    audit = client.get("/v1/audit", params={"workspace_id": space.id, "limit": 1}, headers=rw)
+    tools = client.get(
+        "/v1/custom-tools", params={"workspace_id": space.id, "limit": 1}, headers=rw
+    )
+    row_id, audit_cursor = audit.json()["data"][0]["id"], audit.json()["next_cursor"]
+    tools_cursor = tools.json()["next_cursor"]
+    changed = audit_cursor[:-1] + ("0" if audit_cursor[-1] != "0" else "1")
+    made_up = ["0" * 32, "f" * 32, "7fffffff", "f" * 15, "a" * 26, row_id, changed]
+    for path, foreign in (
+        ("/v1/custom-tools", audit_cursor),
+        ("/v1/outbox", tools_cursor),
+        ("/v1/audit", tools_cursor),
+    ):
+        for cursor in [*made_up, foreign]:
             params = {"workspace_id": space.id, "cursor": cursor}
             r = client.get(path, params=params, headers=rw)
-            assert r.status_code == 200, (path, cursor, r.text)
-            assert r.json()["data"] == [] and r.json()["next_cursor"] is None, (path, cursor)
+            assert r.status_code == 422, (path, cursor, r.text)
+            assert r.json()["error"]["details"][0]["field"] == "cursor", r.text
+
+
+def test_a_cursor_past_what_a_column_holds_is_an_empty_page(
+    runtime, client: TestClient, space: Space, rw
+) -> None:
+    """Positions a sequence column cannot hold (PostgreSQL refused 80000000 against a 32-bit
+    column with a 500): an empty last page."""
+    positions = runtime.services.audit.positions
+    create(client, space, rw, name="past-the-end")
+    for path, kind in (
+        ("/v1/custom-tools", "tools-cursor"),
+        ("/v1/outbox", "outbox-cursor"),
+        ("/v1/audit", "audit-cursor"),
+    ):
+        for position in (2**31 - 1, 2**31, 2**63, 2**64 - 1):
+            params = {"workspace_id": space.id, "cursor": positions.seal(kind, position)}
+            r = client.get(path, params=params, headers=rw)
+            assert r.status_code == 200, (path, position, r.text)
+            assert r.json()["data"] == [] and r.json()["next_cursor"] is None, (path, position)
 
 
 def test_concurrent_edits_of_one_tool_go_one_after_another(

@@ -46,6 +46,7 @@ def racing(runtime: Runtime, space: Space, name: str, meanwhile: dict[str, Any])
         runtime.database.transaction,
         runtime.services.router.analyser,
         CaseRunner(run_and_interfere),
+        positions=runtime.services.audit.positions,
     )
     return who, tool, service
 

@@ -299,7 +299,7 @@ def test_a_deadlock_is_told_from_an_outage(runtime: Runtime, space: Space) -> No
     with db.transaction() as tx:
         tx.audit.add(_row(space, "gc.deadlock", 1))
         tx.audit.add(_row(space, "gc.deadlock", 2))
-    ids = [r.id for r in _rows(runtime, space.id, "gc.deadlock")]
+    ids = [r.seq for r in _rows(runtime, space.id, "gc.deadlock")]
     barrier = threading.Barrier(2)
     errors: list[BaseException] = []
 

@@ -79,7 +79,7 @@ def tool_version(v: ToolVersion) -> dict[str, Any]:
 
 def audit_row(r: AuditRow) -> dict[str, Any]:
     return {
-        "id": str(r.id),
+        "id": r.id,
         "workspace_id": r.workspace_id,
         "tool_call_id": r.tool_call_id,
         "tool_id": r.tool_id,

@@ -108,7 +108,8 @@ class AuditRow:
     agent_id: str | None = None
     data: dict[str, Any] = field(default_factory=dict)
     created_at: datetime | None = None
-    id: int | None = None
+    seq: int | None = None  # the row's place in the table (shared by every workspace)
+    id: str | None = None  # what clients see: ``seq`` sealed (domain/opaque.py)
 
 
 @dataclass(slots=True)

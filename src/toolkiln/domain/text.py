@@ -12,6 +12,7 @@ import re
 import unicodedata
 
 from toolkiln.domain.limits import MAX_CALL_ID_CHARS
+from toolkiln.domain.opaque import OPAQUE_PATTERN
 
 # Control, format, line and paragraph separator characters of the Basic Multilingual Plane:
 # invisible or layout-changing characters that have no place in a name someone reads (bidi
@@ -42,9 +43,9 @@ CLIENT_ID_PATTERN = "^[\\u0020-\\u007e]+$"
 NO_NUL_PATTERN = "^[^\\u0000]*$"
 # The same, and not blank (code, a description to generate from).
 NOT_BLANK_PATTERN = "^[^\\u0000]*[^\\s\\u0000][^\\u0000]*$"
-# A page cursor: the hexadecimal sequence number of the last row seen. Opaque to clients; at
-# most 15 digits, so every cursor that matches fits the databases' 64-bit integers.
-CURSOR_PATTERN = "^[0-9a-f]{1,15}$"
+# A page cursor: the position of the last row seen, sealed (domain/opaque.py); the shape of
+# every id here. Only one the service issued for that list is accepted.
+CURSOR_PATTERN = OPAQUE_PATTERN
 # Tool names (CONTRACT section 3).
 TOOL_NAME_PATTERN = "^[a-z0-9]+(-[a-z0-9]+)*$"
 

@@ -21,6 +21,7 @@ from toolkiln.domain.results import Result
 from toolkiln.domain.text import is_client_id
 from toolkiln.domain.tools import ToolDraft, schema_of
 from toolkiln.services.access import hash_of, principal_from
+from toolkiln.services.audit import AuditService
 from toolkiln.services.places import Places
 from toolkiln.services.ports import UnitOfWorkFactory
 from toolkiln.services.router import RUN_CODE_TIMEOUT_MS, Router
@@ -80,8 +81,10 @@ class InvokeService:
         router: Router,
         tools: ToolService,
         drafts: DraftRunner,
+        audit: AuditService,
         places: Places | None = None,
     ) -> None:
+        self._audit = audit
         self._uow = uow
         self._router = router
         self._tools = tools
@@ -184,7 +187,7 @@ class InvokeService:
                 raise NotFound("No tool call with that id.")
             filt = AuditFilter(workspace_id=record.workspace_id, tool_call_id=call_id)
             rows = tx.audit.page(filt, 0, 500)
-        return record, rows
+        return record, self._audit.shown(rows)
 
     # -- shared by the transports
 

@@ -1,35 +1,38 @@
-"""Opaque cursors over monotonically increasing sequence numbers."""
+"""Pages of a list, and their cursors: opaque strings over the rows' global order.
+
+A cursor holds the position of the last row of a page in its table's own order (a sequence
+every workspace shares), sealed by ``domain.opaque.Positions`` so that the client learns
+nothing from it (CONTRACT 2). Keyset paging on that column (``WHERE seq > :after ORDER BY
+seq LIMIT n``, on an index that starts with the workspace) stays as cheap as before.
+"""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import TypeVar
 
 from toolkiln.domain import limits
 from toolkiln.domain.auth import Principal
 from toolkiln.domain.errors import InvalidRequest
+from toolkiln.domain.opaque import Kind, Positions
 from toolkiln.domain.records import Page
-from toolkiln.domain.text import CURSOR_PATTERN
 
 T = TypeVar("T")
-_CURSOR = re.compile(CURSOR_PATTERN)
 
 
-def encode_cursor(seq: int) -> str:
-    return f"{seq:x}"
-
-
-def decode_cursor(cursor: str | None) -> int:
-    """Every string of ``text.CURSOR_PATTERN`` is a cursor (the OpenAPI document says so)."""
+def after(positions: Positions, kind: Kind, cursor: str | None) -> int:
+    """The position a page starts after: 0 without a cursor. A cursor this service did not
+    issue for this list is refused, naming the field (the OpenAPI pattern says only its
+    shape: an opaque string cannot be told apart from one that was issued but by the key)."""
     if not cursor:
         return 0
-    if not _CURSOR.fullmatch(cursor):
+    position = positions.open(kind, cursor)
+    if position is None:
         raise InvalidRequest(
-            "The cursor is not one this service issued.",
-            [{"field": "cursor", "message": "invalid"}],
+            "The cursor is not one this service issued for this list.",
+            [{"field": "cursor", "message": "not a cursor of this list"}],
         )
-    return int(cursor, 16)
+    return position
 
 
 def clamp_limit(limit: int | None) -> int:
@@ -53,8 +56,10 @@ def listing_scope(principal: Principal, workspace_id: str | None) -> str | None:
     return None if principal.is_admin else principal.workspace_id
 
 
-def page_of(rows: list[T], size: int, seq: Callable[[T], int]) -> Page[T]:
+def page_of(
+    rows: list[T], size: int, seq: Callable[[T], int], positions: Positions, kind: Kind
+) -> Page[T]:
     """``rows`` were fetched with ``limit=size + 1``: one more row means one more page."""
     more = len(rows) > size
     rows = rows[:size]
-    return Page(rows, encode_cursor(seq(rows[-1])) if more else None)
+    return Page(rows, positions.seal(kind, seq(rows[-1])) if more else None)

@@ -10,6 +10,7 @@ from toolkiln.domain.analysis import Analysis
 from toolkiln.domain.auth import Principal
 from toolkiln.domain.errors import Conflict, InvalidRequest, InvalidTool, NotFound, TestsFailed
 from toolkiln.domain.ids import new_id, utcnow
+from toolkiln.domain.opaque import Positions
 from toolkiln.domain.problems import text_problems
 from toolkiln.domain.records import AuditRow, Page
 from toolkiln.domain.testcases import CaseSpec, check_test_cases
@@ -20,7 +21,7 @@ from toolkiln.domain.tools import (
     ToolVersion,
     validate_draft,
 )
-from toolkiln.services.paging import clamp_limit, decode_cursor, listing_scope, page_of
+from toolkiln.services.paging import after, clamp_limit, listing_scope, page_of
 from toolkiln.services.ports import CodeAnalyser, UnitOfWork, UnitOfWorkFactory
 from toolkiln.services.testcases import CaseRunner, CasesRun
 
@@ -83,11 +84,14 @@ class ToolService:
         analyser: CodeAnalyser,
         cases: CaseRunner | None = None,
         prepare: Prepare | None = None,
+        *,
+        positions: Positions,
     ) -> None:
         self._uow = uow
         # Code is analysed outside any transaction: an analysis may take its whole time
         # limit, and no database connection waits for it.
         self._analyser = analyser
+        self._positions = positions  # the list's cursors (services/paging.py)
         self.cases = cases or CaseRunner()
         # Told of every version's imports when it is saved, so the listed packages among
         # them are installed before its first call (the sandbox does it in the background).
@@ -181,9 +185,10 @@ class ToolService:
     ) -> Page[Tool]:
         scope = listing_scope(principal, workspace_id)
         size = clamp_limit(limit)
+        start = after(self._positions, "tools-cursor", cursor)
         with self._uow(readonly=True) as tx:
-            rows = tx.tools.page(scope, decode_cursor(cursor), size + 1)
-        return page_of(rows, size, lambda t: t.seq)
+            rows = tx.tools.page(scope, start, size + 1)
+        return page_of(rows, size, lambda t: t.seq, self._positions, "tools-cursor")
 
     def update(
         self,

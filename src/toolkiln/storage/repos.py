@@ -38,9 +38,9 @@ from toolkiln.storage.tables import (
 
 
 def _after(column: sa.Column[Any], seq: int) -> sa.ColumnElement[bool]:
-    """``column > seq`` for any cursor a client may send (15 hex digits): past what the
-    column's type holds no row follows it (PostgreSQL answered a 32-bit ``seq`` column's
-    "integer out of range" with a 500)."""
+    """``column > seq`` for any position a cursor holds (64 bits, domain/opaque.py): past
+    what the column's type holds no row follows it (PostgreSQL answered a 32-bit ``seq``
+    column's "integer out of range" with a 500)."""
     top = 2**63 - 1 if isinstance(column.type, sa.BigInteger) else 2**31 - 1
     return column > min(seq, top)
 
@@ -478,7 +478,7 @@ class SqlAudit:
                 agent_id=r["agent_id"],
                 data=r["data"],
                 created_at=_utc(r["created_at"]),
-                id=r["id"],
+                seq=r["id"],
             )
             for r in self._c.execute(q).mappings()
         ]

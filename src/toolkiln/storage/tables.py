@@ -60,6 +60,7 @@ tools = sa.Table(
     sa.Column("test_cases", JSONType, nullable=False, server_default=NO_CASES),
     sa.Column("allowed_callers", JSONType, nullable=False, server_default=ALL_CALLERS),
     sa.UniqueConstraint("workspace_id", "name", name="uq_tools_workspace_name"),
+    sa.Index("ix_tools_workspace_seq", "workspace_id", "seq"),  # a workspace's pages
 )
 
 tool_versions = sa.Table(
@@ -119,7 +120,7 @@ outbox = sa.Table(
     metadata,
     sa.Column("seq", sa.Integer, sa.Identity(), primary_key=True),
     sa.Column("id", sa.String(32), nullable=False, unique=True),
-    sa.Column("workspace_id", sa.String(32), nullable=False, index=True),
+    sa.Column("workspace_id", sa.String(32), nullable=False),
     sa.Column("message_id", sa.String(255), nullable=False),
     sa.Column("recipients", JSONType, nullable=False),
     sa.Column("subject", sa.Text, nullable=False),
@@ -129,6 +130,7 @@ outbox = sa.Table(
     sa.Column("source", sa.String(8), nullable=False),
     sa.Column("tool_call_id", sa.String(MAX_CALL_ID_CHARS)),
     sa.Column("created_at", Moment, nullable=False),
+    sa.Index("ix_outbox_workspace_seq", "workspace_id", "seq"),  # a workspace's pages
 )
 
 files = sa.Table(
