@@ -2,7 +2,7 @@
 // what the user sees (render, interactive), duration and ctx calls. All of it is tool output.
 
 import { h, none, pretty } from "./dom.js";
-import { markdown, safeImage, safeLink } from "./safe.js";
+import { markdown, outsideImage, safeImage, safeLink } from "./safe.js";
 
 // Text the tool wrote, as it is; an empty or missing one is said to be empty.
 function text(value, props) {
@@ -54,7 +54,7 @@ export function renderView(render) {
     case "image": {
       const src = safeImage(render.url);
       const alt = typeof render.alt === "string" ? render.alt : "";
-      if (!src) return h("p", { text: `[image not shown: only images from this service or https] ${alt}` });
+      if (!src) return h("p", {}, outsideImage(render.url, alt));
       return h("img", { src, alt, class: "render-image", referrerpolicy: "no-referrer" });
     }
     case "file": {

@@ -53,12 +53,27 @@ export function safeLink(url) {
   return u.href;
 }
 
-// Images: from the service or over https only.
+// Images: from the service only (files tools surfaced). An image elsewhere would tell its
+// host who looked at a result and when (a tracking pixel); the page's policy refuses it too.
 export function safeImage(url) {
   const u = parse(url);
   if (!u) return null;
-  if (u.origin === window.location.origin || u.protocol === "https:") return u.href;
+  if (u.origin === window.location.origin) return u.href;
   return null;
+}
+
+// An image the view does not load: its alt text, and a link to it when it is http(s), for
+// the reader to open (or not).
+export function outsideImage(url, alt) {
+  const href = safeLink(url);
+  const text = `[image not shown: ${alt}]`;
+  if (!href || href.startsWith("mailto:")) return h("span", { text });
+  return h(
+    "span",
+    {},
+    `${text} `,
+    h("a", { href, rel: "noopener noreferrer nofollow", target: "_blank", text: "open image" }),
+  );
 }
 
 export function markdown(text) {
@@ -83,7 +98,7 @@ export function markdown(text) {
       img.setAttribute("src", src);
       img.setAttribute("referrerpolicy", "no-referrer");
     } else {
-      img.replaceWith(document.createTextNode(`[image not shown: ${img.getAttribute("alt") || ""}]`));
+      img.replaceWith(outsideImage(img.getAttribute("src"), img.getAttribute("alt") || ""));
     }
   }
   return h("div", { class: "markdown" }, frag);

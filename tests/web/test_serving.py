@@ -23,29 +23,33 @@ def directives(policy: str) -> dict[str, str]:
     return {d.split()[0]: d.partition(" ")[2] for d in (p.strip() for p in policy.split(";"))}
 
 
-def test_the_page_has_a_strict_policy_and_a_fresh_style_nonce() -> None:
+def test_the_page_has_a_strict_policy_and_fresh_nonces() -> None:
     client = client_for()
     first, second = client.get("/ui"), client.get("/ui")
     assert first.status_code == 200
     assert first.headers["content-type"].startswith("text/html")
     policy = directives(first.headers["content-security-policy"])
     assert policy["default-src"] == "'none'"
-    assert policy["script-src"] == "'self'"
+    script = re.fullmatch(r"'nonce-([A-Za-z0-9_-]{24})'", policy["script-src"])
+    assert script is not None, policy["script-src"]  # the bundle's element alone, not 'self'
+
     assert policy["frame-ancestors"] == "'none'"
     assert policy["object-src"] == "'none'"
     assert policy["base-uri"] == "'none'"
-    assert policy["img-src"] == "'self' https:"
+    assert policy["img-src"] == "'self'"
     for value in policy.values():
         assert "unsafe" not in value
     nonce = re.search(r"'nonce-([^']+)'", policy["style-src"])
     assert nonce is not None
     assert f'content="{nonce.group(1)}"' in first.text
+    assert nonce.group(1) != script.group(1)
     assert first.headers["content-security-policy"] != second.headers["content-security-policy"]
     assert first.headers["x-frame-options"] == "DENY"
     assert first.headers["x-content-type-options"] == "nosniff"
     assert first.headers["referrer-policy"] == "no-referrer"
     # The page carries no script of its own: only a reference to the shipped bundle.
-    assert re.findall(r"<script[^>]*>", first.text) == ['<script defer src="/ui/assets/app.js">']
+    tag = f'<script defer nonce="{script.group(1)}" src="/ui/assets/app.js">'
+    assert re.findall(r"<script[^>]*>", first.text) == [tag]
 
 
 def test_the_root_redirects_to_the_view() -> None:

@@ -93,8 +93,47 @@ class FileService:
         if record.get("content") is None:  # stored on disk before migration 0008
             raise NotFound("No such file.")
         return ServedFile(
-            bytes(record["content"]), record["filename"], safe_mime_type(record["mime_type"])
+            bytes(record["content"]), record["filename"], served_type(record["mime_type"])
         )
+
+
+# What a stored file is served as: a type no browser runs, whatever loads it (a script or
+# module, a worker, a style sheet, a document, a frame). A file's bytes are the tool's, and
+# it is served from the view's origin: a `.js` file stored as text/javascript ran in /ui
+# under its policy's `script-src 'self'` (tests/security/test_file_types.py and
+# tests/web/test_stored_files.py). Images, audio and video (but SVG, which is a document)
+# keep their type, so `_render` images show; anything else is application/octet-stream.
+INERT_TYPES = frozenset(
+    {
+        "text/plain",
+        "text/csv",
+        "text/tab-separated-values",
+        "text/markdown",
+        "text/calendar",
+        "application/json",
+        "application/pdf",
+        "application/zip",
+        "application/gzip",
+        "application/x-tar",
+        "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+        "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+        "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+        "application/vnd.ms-excel",
+        "application/msword",
+        FALLBACK_MIME_TYPE,
+    }
+)
+_MEDIA = ("image/", "audio/", "video/")
+_ACTIVE_MEDIA = frozenset({"image/svg+xml"})
+
+
+def served_type(value: object) -> str:
+    """The Content-Type a stored file is served with: its own if that is one of the inert
+    types, else application/octet-stream."""
+    kind = safe_mime_type(value).lower()
+    if kind in INERT_TYPES or (kind.startswith(_MEDIA) and kind not in _ACTIVE_MEDIA):
+        return kind
+    return FALLBACK_MIME_TYPE
 
 
 def safe_mime_type(value: object) -> str:

@@ -2,7 +2,8 @@
 
 The page holds no data of its own: it signs in with a token and talks to ``/v1`` like any
 client. The bundle is built from ``frontend/`` at install time (``make install``); this
-module serves it with a Content-Security-Policy that lets only the shipped script run.
+module serves it with a Content-Security-Policy that lets only the shipped script run (by a
+fresh nonce per page, not by origin: the origin also serves the files tools store).
 """
 
 from __future__ import annotations
@@ -22,17 +23,22 @@ from fastapi.responses import (
 STATIC = Path(__file__).resolve().parent / "static"
 
 
-# No inline script, no eval, no framing; data goes only to this origin; images from here or
-# https (a tool's _render may point at either). Styles: the shipped sheet, and the one style
-# element CodeMirror writes, which carries this response's nonce (the page never inserts
-# markup, so nothing else can carry it).
-def csp(nonce: str) -> str:
+# Script: the shipped bundle alone, by the nonce its one script element carries in this
+# response. Not 'self': the service's origin also serves what tools store (/v1/files), and
+# under 'self' a stored .js file loaded by injected markup would run with the token in reach
+# (tests/web/test_stored_files.py). No inline script, no eval, no framing, no workers; data
+# goes only to this origin; images only from here (surfaced files): an image elsewhere,
+# which a tool's _render or markdown may name, would tell its host who looked at a result
+# and when, so the view shows it as a link instead. Styles: the shipped sheet, and the one
+# style element CodeMirror writes, which carries this response's style nonce (the page never
+# inserts markup, so nothing else can carry it).
+def csp(nonce: str, script_nonce: str) -> str:
     return "; ".join(
         [
             "default-src 'none'",
-            "script-src 'self'",
+            f"script-src 'nonce-{script_nonce}'",
             f"style-src 'self' 'nonce-{nonce}'",
-            "img-src 'self' https:",
+            "img-src 'self'",
             "connect-src 'self'",
             "font-src 'self'",
             "base-uri 'none'",
@@ -71,9 +77,9 @@ def mount(app: FastAPI, static: Path = STATIC) -> None:
     def page() -> Response:
         if not (static / "app.js").is_file():
             return PlainTextResponse(NOT_BUILT, status_code=503, headers=HEADERS)
-        nonce = secrets.token_urlsafe(18)
-        headers = {**HEADERS, "Content-Security-Policy": csp(nonce)}
-        html = template.replace("{{nonce}}", nonce)
+        nonce, script_nonce = secrets.token_urlsafe(18), secrets.token_urlsafe(18)
+        headers = {**HEADERS, "Content-Security-Policy": csp(nonce, script_nonce)}
+        html = template.replace("{{nonce}}", nonce).replace("{{script_nonce}}", script_nonce)
         return HTMLResponse(html, headers=headers)
 
     def asset(name: str) -> Response:

@@ -84,7 +84,9 @@ def list_outbox(
 
 @router.get("/files/{file_id}", include_in_schema=True)
 def get_file(file_id: str, svc: Svc, expires: str = "", sig: str = "") -> Response:
-    """No token: the signed URL is the permission. Tampered or expired: 403."""
+    """No token: the signed URL is the permission. Tampered or expired: 403. Served as
+    nothing a browser runs: an inert type (``services.files.served_type``), as an
+    attachment, never sniffed, and in a sandbox with no sources of its own if it is opened."""
     served = svc.files.open(file_id, expires, sig)
     name = safe_filename(served.filename)
     return Response(
