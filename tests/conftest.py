@@ -165,12 +165,21 @@ def own_service(
         rt.close()
 
 
+def free_port() -> int:
+    """A loopback port nothing listens on now (the kernel's pick). Tests never use a fixed
+    port: `make test` passes while the README's own service holds 8080."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 @contextmanager
 def serving(rt: Runtime, wrap: Callable[[Any], Any] | None = None) -> Iterator[str]:
     """The runtime's app on a real uvicorn on a free loopback port: its base URL, until the
     block ends (the runtime stays open; its owner closes it). ``wrap``: an ASGI middleware
     of the test's own around the app."""
-    import socket
     import threading
     import time
 
@@ -178,9 +187,7 @@ def serving(rt: Runtime, wrap: Callable[[Any], Any] | None = None) -> Iterator[s
 
     from toolkiln.app import build_app
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
+    port = free_port()
     app = build_app(rt, close_on_exit=False)
     server = uvicorn.Server(
         uvicorn.Config(wrap(app) if wrap else app, port=port, log_level="warning")

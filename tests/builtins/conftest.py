@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import socket
 import ssl
 import threading
 from collections.abc import Iterator
@@ -26,17 +25,11 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from fastapi.testclient import TestClient
 
-from tests.conftest import own_service
+from tests.conftest import free_port, own_service
 from toolkiln.app import Runtime
 
 SMTP_USER, SMTP_PASSWORD = "toolkiln", "smtp-secret"
 BRAVE_KEY = "brave-test-key"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def self_signed(tmp: Path) -> ssl.SSLContext:

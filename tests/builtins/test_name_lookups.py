@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -23,9 +24,13 @@ import pytest
 
 from tests.builtins.conftest import SmtpServer
 from tests.builtins.dns_stall import TIMEOUT_MS
+from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-SILENT_NAMESERVER = "127.53.0.53"  # on loopback; port 53 is the only one resolv.conf can name
+# resolv.conf can name a server's address but not its port (53 always), so the silent
+# server takes port 53 on a loopback address no one else holds: one picked at random (the
+# whole of 127/8 is loopback), another if that one is taken (another run of this test).
+NAMESERVER_TRIES = 50
 BOUND_MS = TIMEOUT_MS + 2000  # a behavioural bound: glibc alone would take 6 s a lookup
 
 pytestmark = pytest.mark.skipif(
@@ -35,22 +40,32 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
-def silent_nameserver() -> Iterator[None]:
-    """UDP and TCP port 53 bound and never read: every query waits for its timeout."""
-    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    udp.bind((SILENT_NAMESERVER, 53))
-    tcp.bind((SILENT_NAMESERVER, 53))
-    tcp.listen(1)
-    yield
-    udp.close()
-    tcp.close()
+def silent_nameserver() -> Iterator[str]:
+    """UDP and TCP port 53 bound and never read, on a loopback address of their own (its
+    value): every query waits for its timeout."""
+    for _ in range(NAMESERVER_TRIES):
+        address = f"127.53.{secrets.randbelow(256)}.{1 + secrets.randbelow(254)}"
+        udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            udp.bind((address, 53))
+            tcp.bind((address, 53))
+        except OSError:  # held by someone else: another address
+            udp.close()
+            tcp.close()
+            continue
+        tcp.listen(1)
+        try:
+            yield address
+        finally:
+            udp.close()
+            tcp.close()
+        return
+    pytest.fail(f"no loopback address had port 53 free in {NAMESERVER_TRIES} tries")
 
 
-def _stalled(tmp: Path, smtp_url: str, search_url: str) -> dict:
-    (tmp / "resolv.conf").write_text(
-        f"nameserver {SILENT_NAMESERVER}\noptions timeout:3 attempts:2\n"
-    )
+def _stalled(tmp: Path, nameserver: str, smtp_url: str, search_url: str) -> dict:
+    (tmp / "resolv.conf").write_text(f"nameserver {nameserver}\noptions timeout:3 attempts:2\n")
     (tmp / "hosts").write_text("127.0.0.1 localhost\n::1 localhost\n")
     script = (
         f"mount --bind {tmp / 'resolv.conf'} /etc/resolv.conf && "
@@ -82,10 +97,11 @@ def _stalled(tmp: Path, smtp_url: str, search_url: str) -> dict:
 
 
 def test_peers_that_cannot_be_looked_up_end_within_the_tools_time(
-    tmp_path: Path, silent_nameserver: None
+    tmp_path: Path, silent_nameserver: str
 ) -> None:
     out = _stalled(
         tmp_path,
+        silent_nameserver,
         "smtp://mail.dns-stall.test:25?from=bot@toolkiln.test",
         "http://search.dns-stall.test:8080",
     )
@@ -100,10 +116,10 @@ def test_peers_that_cannot_be_looked_up_end_within_the_tools_time(
 
 
 def test_mail_to_a_server_named_by_its_address_goes_while_the_resolver_hangs(
-    tmp_path: Path, silent_nameserver: None, smtp_server: SmtpServer
+    tmp_path: Path, silent_nameserver: str, smtp_server: SmtpServer
 ) -> None:
     """Only the EHLO name needs the resolver here; it is given up on, and the mail sent."""
-    out = _stalled(tmp_path, smtp_server.url, "http://127.0.0.1:9")
+    out = _stalled(tmp_path, silent_nameserver, smtp_server.url, f"http://127.0.0.1:{free_port()}")
     call = out["mail"]
     res = call["result"]
     assert call["wall_ms"] < BOUND_MS, call

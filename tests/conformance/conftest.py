@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.conftest import free_port
+
 BIN = Path(sys.executable).parent
 
 
@@ -26,12 +27,6 @@ class Served:
     token: str
     data_dir: Path
     env: dict[str, str]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +46,7 @@ def served(
     tmp_path_factory: pytest.TempPathFactory, served_token: str, served_env: dict[str, str]
 ) -> Iterator[Served]:
     root = tmp_path_factory.mktemp("served")
-    port = _free_port()
+    port = free_port()
     token = served_token
     env = {
         **os.environ,

@@ -83,7 +83,9 @@ def test_the_readmes_model_loop_runs_as_written(
     live: Live, model_url: str, tmp_path: Path, provider: str
 ) -> None:
     script = tmp_path / f"{provider}_loop.py"
-    script.write_text(readme_blocks()[provider].replace(README_SERVICE, live.base))
+    text = readme_blocks()[provider].replace(README_SERVICE, live.base)
+    assert ":8080" not in text  # never the README's own service, which may be running
+    script.write_text(text)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_"))}
     env |= {
         "TK": live.token,
@@ -104,6 +106,7 @@ def test_the_readmes_mcp_configuration_reaches_the_agents_tools(live: Live) -> N
     (server,) = json.loads(readme_blocks()["mcp"])["mcpServers"].values()
     assert server["type"] == "streamable-http"
     url = server["url"].replace(README_SERVICE, live.base).replace("AGENT_ID", live.agent)
+    assert ":8080" not in url
     headers = {k: v.replace("YOUR_TOKEN", live.token) for k, v in server["headers"].items()}
 
     async def call() -> tuple[list[str], str]:

@@ -9,7 +9,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -21,15 +20,11 @@ from typing import Any, TypeVar
 
 import httpx
 
+from tests.conftest import free_port
+
 T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[2]
 TOOLKILN = str(Path(sys.executable).with_name("toolkiln"))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_for(what: str, check: Callable[[], T | None], deadline_s: float = 60.0) -> T:

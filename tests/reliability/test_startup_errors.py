@@ -15,10 +15,13 @@ from tests.reliability.harness import TOOLKILN, free_port
 
 
 def toolkiln(*args: str, env: dict[str, str], wrap: list[str] | None = None):  # type: ignore[no-untyped-def]
+    """The command with ``env`` as its only TOOLKILN_ settings, and a free port unless ``env``
+    names one: `serve` must never try the default 8080, where the README's own service may
+    be running (its `cannot_listen` would stand in for the error a test waits for)."""
     full = {k: v for k, v in os.environ.items() if not k.startswith("TOOLKILN_")}
     return subprocess.run(
         [*(wrap or []), TOOLKILN, *args],
-        env={**full, **env},
+        env={**full, "TOOLKILN_PORT": str(free_port()), **env},
         capture_output=True,
         text=True,
         timeout=120,

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from tests.conftest import Space
+from tests.conftest import Space, free_port
 from toolkiln.app import Runtime
 from toolkiln.domain.errors import Conflict, ServiceUnavailable
 from toolkiln.domain.execution import RunOutcome
@@ -245,7 +245,7 @@ def test_an_outage_fails_every_write_at_once() -> None:
     ``unavailable`` after two tries in all (the writer's own, the batch), never one per
     write (a connection failure is not retried write by write: a commit may have gone
     through); and the next write is tried afresh."""
-    down = Database("postgresql+psycopg://root@127.0.0.1:1/nothing-listens-here")
+    down = Database(f"postgresql+psycopg://root@127.0.0.1:{free_port()}/nothing-listens-here")
     tries = 0
 
     def counted(readonly: bool = False) -> Any:
@@ -325,7 +325,7 @@ def test_a_deadlock_is_told_from_an_outage(runtime: Runtime, space: Space) -> No
     wrapped = ServiceUnavailable("x", code="unavailable")
     wrapped.__cause__ = errors[0]
     assert _rolled_back(wrapped)
-    refused = Database("postgresql+psycopg://root@127.0.0.1:1/nothing-listens-here")
+    refused = Database(f"postgresql+psycopg://root@127.0.0.1:{free_port()}/nothing-listens-here")
     try:
         with pytest.raises(ServiceUnavailable) as caught:
             with refused.transaction():
