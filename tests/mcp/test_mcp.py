@@ -46,7 +46,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     ok = tools.create(
         who,
         who.workspace_id,
-        ToolDraft(
+        ToolDraft.of(
             name="greet",
             language="python",
             code="def main(**p):\n    return {'message': 'hello ' + p['who'], 'rawData': {'n': 1}}",
@@ -57,7 +57,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     bad = tools.create(
         who,
         who.workspace_id,
-        ToolDraft(
+        ToolDraft.of(
             name="boom",
             language="python",
             code="def main(**p):\n    raise ValueError('kaboom')\n    return {}",
@@ -164,7 +164,7 @@ def test_list_changed_reaches_clients(live: Live) -> None:
     extra = live.runtime.services.tools.create(
         who,
         who.workspace_id,
-        ToolDraft(
+        ToolDraft.of(
             name="late-comer",
             language="python",
             code="def main(**p):\n    return {'message': 'hi'}",

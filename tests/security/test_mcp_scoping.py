@@ -66,7 +66,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         who = access.authenticate(token)
         agent = rt.services.agents.create(who, ws.id, f"{name}-agent")
         tool = rt.services.tools.create(
-            who, ws.id, ToolDraft(name=f"{name}-first", language="python", code=OK)
+            who, ws.id, ToolDraft.of(name=f"{name}-first", language="python", code=OK)
         )
         rt.services.agents.enable_tool(who, agent.id, tool.id, None)
         return Side(token, who, agent.id)
@@ -83,7 +83,7 @@ def _add_tool(live: Live, side: Side, name: str) -> None:
     """A change to ``side``'s agent's tool list: a new tool enabled for it."""
     tools, agents = live.runtime.services.tools, live.runtime.services.agents
     ws = side.who.workspace_id
-    tool = tools.create(side.who, ws, ToolDraft(name=name, language="python", code=OK))
+    tool = tools.create(side.who, ws, ToolDraft.of(name=name, language="python", code=OK))
     agents.enable_tool(side.who, side.agent_id, tool.id, None)
 
 
@@ -91,7 +91,9 @@ def _disable_by_failures(live: Live, side: Side, name: str) -> None:
     """A tool of ``side``'s workspace (not offered to any agent) disabled by three failures."""
     services = live.runtime.services
     ws = side.who.workspace_id
-    tool = services.tools.create(side.who, ws, ToolDraft(name=name, language="python", code=FAILS))
+    tool = services.tools.create(
+        side.who, ws, ToolDraft.of(name=name, language="python", code=FAILS)
+    )
     for _ in range(3):
         services.invoke.invoke(side.who, tool.id, {}, CallContext())
     assert services.tools.get(side.who, tool.id).status == "disabled"

@@ -13,7 +13,7 @@ from toolkiln.services.invoke import CallContext
 
 def _tool(runtime: Runtime, space: Space, code: str, name: str):
     who = runtime.services.access.authenticate(space.tokens["invoke,read,write"])
-    draft = ToolDraft(name=name, language="python", code=code, input_schema={"type": "object"})
+    draft = ToolDraft.of(name=name, language="python", code=code, input_schema={"type": "object"})
     return who, runtime.services.tools.create(who, space.id, draft)
 
 

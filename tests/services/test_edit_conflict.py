@@ -25,7 +25,7 @@ def racing(runtime: Runtime, space: Space, name: str, meanwhile: dict[str, Any])
     who = runtime.services.access.authenticate(space.tokens["invoke,read,write"])
     registry = runtime.services.tools
     cases = [{"name": "one", "input": {}, "expect": {"status": "ok"}}]
-    draft = ToolDraft(name=name, language="python", code=CODE % (1, 1), test_cases=cases)
+    draft = ToolDraft.of(name=name, language="python", code=CODE % (1, 1), test_cases=cases)
     tool = registry.create(who, space.id, draft)
     done: list[bool] = []
 
@@ -57,10 +57,10 @@ def test_a_change_the_cases_did_not_see_refuses_the_patch(runtime: Runtime, spac
         service.update(who, tool.id, {"code": CODE % (2, 2)})
     assert refused.value.code == "edit_conflict"
     now = runtime.services.tools.get(who, tool.id)
-    assert (now.version, now.code, now.timeout_ms) == (2, CODE % (1, 1), 2000)
+    assert (now.version, now.definition.code, now.definition.timeout_ms) == (2, CODE % (1, 1), 2000)
 
 
 def test_a_change_the_patch_overrides_is_last_writer_wins(runtime: Runtime, space: Space) -> None:
     who, tool, service = racing(runtime, space, "overridden", {"code": CODE % (3, 3)})
     updated = service.update(who, tool.id, {"code": CODE % (2, 2)})
-    assert (updated.version, updated.code) == (3, CODE % (2, 2))
+    assert (updated.version, updated.definition.code) == (3, CODE % (2, 2))

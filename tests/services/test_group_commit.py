@@ -209,10 +209,10 @@ def test_failures_recorded_in_one_batch_disable_the_tool_once(
     the transaction, the third disables the tool, exactly one tool.disabled row is written,
     and the fourth adds usage only (CONTRACT 4)."""
     who = runtime.services.access.authenticate(space.tokens["invoke,read,write"])
-    draft = ToolDraft(name="batched", language="python", code="def main(**p):\n    return {}\n")
+    draft = ToolDraft.of(name="batched", language="python", code="def main(**p):\n    return {}\n")
     tool = runtime.services.tools.create(who, space.id, draft)
     runs = Runs(runtime.database.transaction, {})
-    code = Code("python", tool.code, "main", 5000)
+    code = Code("python", tool.definition.code, "main", 5000)
 
     def failed() -> Callable[[], None]:
         origin = Origin.root(Caller(who, space.id), new_id(), Budget.lasting(5000))

@@ -49,5 +49,11 @@ def test_rows_from_before_read_as_no_cases_and_every_caller(tmp_path: Path) -> N
         version = tx.tools.version("t", 1)
     db.dispose()
     assert tool is not None and version is not None
-    assert tool.test_cases == [] and tool.allowed_callers == ["direct", "code"]
-    assert version.test_cases == [] and version.allowed_callers == ["direct", "code"]
+    assert tool.definition.test_cases == [] and tool.definition.allowed_callers == [
+        "direct",
+        "code",
+    ]
+    assert version.definition.test_cases == [] and version.definition.allowed_callers == [
+        "direct",
+        "code",
+    ]

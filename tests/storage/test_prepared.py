@@ -28,10 +28,10 @@ from toolkiln.storage.tables import audit, tokens, tool_calls, tools, workspaces
 
 def _tool(runtime: Runtime, ws: str) -> str:
     writer = Principal("test-writer", ws, frozenset({"read", "write"}))
-    draft = ToolDraft(
-        f"prep-{secrets.token_hex(4)}",
-        "python",
-        "def main(**params):\n    return {'message': 'ok'}\n",
+    draft = ToolDraft.of(
+        name=f"prep-{secrets.token_hex(4)}",
+        language="python",
+        code="def main(**params):\n    return {'message': 'ok'}\n",
         input_schema={"type": "object", "properties": {"q": {"type": "string"}}},
         enable_globally=True,
     )

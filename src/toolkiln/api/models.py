@@ -231,18 +231,25 @@ class SchemaWarning(BaseModel):
     message: str
 
 
-class Tool(BaseModel):
+class DefinitionOut(BaseModel):
+    """What a version runs (``domain.tools.Definition``), as Tool and ToolVersion show it."""
+
+    language: str
+    code: str
+    description: str
+    parameters: dict[str, Any] | None
+    input_schema: dict[str, Any]
+    timeout_ms: int
+    test_cases: list[dict[str, Any]]
+    allowed_callers: list[str]
+
+
+class Tool(DefinitionOut):
     id: str
     workspace_id: str
     name: str
-    description: str
-    language: str
-    code: str
-    parameters: dict[str, Any] | None
-    input_schema: dict[str, Any]
     execution_message_description: str | None
     enable_globally: bool
-    timeout_ms: int
     status: Literal["active", "disabled"]
     disabled_reason: str | None
     usage_count: int
@@ -256,22 +263,12 @@ class Tool(BaseModel):
     version: int
     created_at: str
     updated_at: str
-    test_cases: list[dict[str, Any]]
-    allowed_callers: list[str]
 
 
-class ToolVersion(BaseModel):
+class ToolVersion(DefinitionOut):
     tool_id: str
     version: int
-    language: str
-    code: str
-    description: str
-    parameters: dict[str, Any] | None
-    input_schema: dict[str, Any]
-    timeout_ms: int
     created_at: str
-    test_cases: list[dict[str, Any]]
-    allowed_callers: list[str]
 
 
 class AuditRow(BaseModel):

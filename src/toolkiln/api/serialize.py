@@ -8,7 +8,7 @@ from toolkiln.domain.formats import schema_warnings
 from toolkiln.domain.ids import rfc3339
 from toolkiln.domain.records import AuditRow, Policy, TokenRecord, Workspace
 from toolkiln.domain.schema import schema_to_parameters
-from toolkiln.domain.tools import Tool, ToolVersion
+from toolkiln.domain.tools import Definition, Tool, ToolVersion
 
 
 def workspace(w: Workspace) -> dict[str, Any]:
@@ -33,31 +33,29 @@ def policy(p: Policy) -> dict[str, Any]:
     return p.as_dict()
 
 
+def definition(d: Definition) -> dict[str, Any]:
+    """A definition's fields, and its input schema as parameters where it can be one."""
+    return {**d.as_dict(), "parameters": schema_to_parameters(d.input_schema)}
+
+
 def tool(t: Tool) -> dict[str, Any]:
     return {
         "id": t.id,
         "workspace_id": t.workspace_id,
         "name": t.name,
-        "description": t.description,
-        "language": t.language,
-        "code": t.code,
-        "parameters": schema_to_parameters(t.input_schema),
-        "input_schema": t.input_schema,
+        **definition(t.definition),
         "execution_message_description": t.execution_message_description,
         "enable_globally": t.enable_globally,
-        "timeout_ms": t.timeout_ms,
         "status": t.status,
         "disabled_reason": t.disabled_reason,
         "usage_count": t.usage_count,
         "failure_count": t.failure_count,
         "last_error": t.last_error,
         "validated": True,
-        "warnings": schema_warnings(t.input_schema),
+        "warnings": schema_warnings(t.definition.input_schema),
         "version": t.version,
         "created_at": rfc3339(t.created_at),
         "updated_at": rfc3339(t.updated_at),
-        "test_cases": t.test_cases,
-        "allowed_callers": t.allowed_callers,
     }
 
 
@@ -65,15 +63,8 @@ def tool_version(v: ToolVersion) -> dict[str, Any]:
     return {
         "tool_id": v.tool_id,
         "version": v.version,
-        "language": v.language,
-        "code": v.code,
-        "description": v.description,
-        "parameters": schema_to_parameters(v.input_schema),
-        "input_schema": v.input_schema,
-        "timeout_ms": v.timeout_ms,
+        **definition(v.definition),
         "created_at": rfc3339(v.created_at),
-        "test_cases": v.test_cases,
-        "allowed_callers": v.allowed_callers,
     }
 
 

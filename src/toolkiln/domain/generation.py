@@ -200,7 +200,7 @@ def parse_proposal(
     examples = _examples(raw.get("examples"), problems)
     if problems:
         return None, problems
-    draft = ToolDraft(
+    draft = ToolDraft.of(
         name=name or proposed_name or "",
         language=language,
         code=code or "",

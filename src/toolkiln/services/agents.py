@@ -155,11 +155,11 @@ class AgentService:
         ]
         for tool in tools:
             version = pinned.get(tool.id)
-            callers = version.allowed_callers if version else tool.allowed_callers
-            if mode not in callers:  # allowed_callers: "direct", "code" or both
+            d = version.definition if version else tool.definition
+            if mode not in d.allowed_callers:  # "direct", "code" or both
                 continue
-            schema = version.input_schema if version else tool.input_schema
-            description = (version.description if version else tool.description) or tool.name
+            schema = d.input_schema
+            description = d.description or tool.name
             defs.append(
                 ToolDef(
                     f"{CUSTOM_PREFIX}{tool.id}",

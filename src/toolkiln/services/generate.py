@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from toolkiln.domain.auth import Principal
@@ -54,7 +54,7 @@ from toolkiln.domain.records import AuditRow
 from toolkiln.domain.results import Result
 from toolkiln.domain.schema import schema_to_parameters
 from toolkiln.domain.testcases import check_test_cases
-from toolkiln.domain.tools import ToolDraft, check_name
+from toolkiln.domain.tools import Definition, ToolDraft, check_name
 from toolkiln.services.places import Place, Places
 from toolkiln.services.ports import ChatModel, UnitOfWorkFactory
 from toolkiln.services.testcases import CASES_BUDGET_S
@@ -248,7 +248,7 @@ class GenerateService:
             return None, problems
         run.name = proposal.draft.name
         try:
-            schema = self._tools.preflight(run.principal, request.workspace_id, proposal.draft)
+            definition = self._tools.preflight(run.principal, request.workspace_id, proposal.draft)
         except InvalidTool as exc:
             return None, list(exc.details)
         except Conflict:
@@ -263,7 +263,7 @@ class GenerateService:
                 spent = f"not run: this generation's {CASES_BUDGET_S:g} s of sandbox time is spent"
                 problems.append(problem(f"examples.{i}", spent))
                 break
-            timed = replace(proposal.draft, timeout_ms=min(proposal.draft.timeout_ms, left_ms))
+            timed = proposal.draft.timed(min(proposal.draft.definition.timeout_ms, left_ms))
             held_back = run.budget.held_back
             result = self._tools.cases.run_one(
                 run.principal, request.workspace_id, timed, example["input"], run.budget
@@ -287,7 +287,7 @@ class GenerateService:
             results.append(result)
         if problems:
             return None, problems
-        draft = _draft(proposal, schema, results, dried, run)
+        draft = _draft(proposal, definition, results, dried, run)
         problems = _saving_problems(draft, request.workspace_id)
         if problems:
             return None, problems
@@ -312,19 +312,20 @@ class GenerateService:
 
 def _draft(
     proposal: Proposal,
-    schema: dict[str, Any],
+    definition: Definition,
     results: list[Result],
     dried: list[bool],
     run: _Run,
 ) -> dict[str, Any]:
     d = proposal.draft
+    schema = definition.input_schema
     return {
         "name": d.name,
-        "description": d.description,
-        "language": d.language,
+        "description": definition.description,
+        "language": definition.language,
         "parameters": schema_to_parameters(schema),
         "input_schema": schema,
-        "code": d.code,
+        "code": definition.code,
         "execution_message_description": d.execution_message_description,
         "examples": [
             {**_shown(example), "result": result.as_dict()}
@@ -349,7 +350,7 @@ def _saving_problems(draft: dict[str, Any], workspace_id: str) -> list[Problem]:
         p["field"] = "examples" + p.get("field", "").removeprefix("test_cases")
     if found:
         return found
-    body = {"workspace_id": workspace_id, **asdict(tool_draft_of(draft))}
+    body = {"workspace_id": workspace_id, **tool_draft_of(draft).as_fields()}
     size = len(json.dumps(body, ensure_ascii=False).encode())
     if size > MAX_BODY_BYTES:
         why = (
@@ -382,7 +383,7 @@ def _request_problems(request: GenerateRequest) -> list[Problem]:
 
 def tool_draft_of(draft: dict[str, Any]) -> ToolDraft:
     """A generated draft as the definition to create, its examples as its test cases."""
-    return ToolDraft(
+    return ToolDraft.of(
         name=draft["name"],
         language=draft["language"],
         code=draft["code"],

@@ -19,7 +19,7 @@ from toolkiln.domain.problems import Problem, problem
 from toolkiln.domain.records import AuditFilter, AuditRow, CallRecord, Policy
 from toolkiln.domain.results import Result
 from toolkiln.domain.text import is_client_id
-from toolkiln.domain.tools import ToolDraft, schema_of
+from toolkiln.domain.tools import ToolDraft, definition_of
 from toolkiln.services.access import hash_of, principal_from
 from toolkiln.services.audit import AuditService
 from toolkiln.services.places import Places
@@ -62,16 +62,17 @@ class DraftRunner:
         ``tool_id``: the stored tool the draft is a version of (its test cases), whose id
         the run's rows carry."""
         # Validated before (its analysis is the workspace's, kept: services/analysis.py).
-        analysis = self._router.analyser.analyse(draft.language, draft.code, workspace_id)
-        budget = budget if budget is not None else Budget.lasting(draft.timeout_ms)
+        d = definition_of(draft)
+        analysis = self._router.analyser.analyse(d.language, d.code, workspace_id)
+        budget = budget if budget is not None else Budget.lasting(d.timeout_ms)
         origin = Origin.root(Caller(principal, workspace_id), new_id(), budget)
         if tool_id is not None:
             origin = origin.entering(tool_id)
         if analysis.problems:
             return unrunnable(origin.call_id, analysis)
-        self._runs.prepare(draft.language, analysis.imports)
-        code = Code.analysed(draft.language, draft.code, analysis, draft.timeout_ms)
-        return self._router.run_draft(origin, code, schema_of(draft), payload)
+        self._runs.prepare(d.language, analysis.imports)
+        code = Code.analysed(d.language, d.code, analysis, d.timeout_ms)
+        return self._router.run_draft(origin, code, d.input_schema, payload)
 
 
 class InvokeService:
@@ -126,7 +127,7 @@ class InvokeService:
                 policy = tx.workspaces.policy(tool.workspace_id)
         name = agent.name if agent and agent.workspace_id == tool.workspace_id else None
         caller = self.caller(principal, tool.workspace_id, who, agent_name=name)
-        budget = Budget.lasting(tool.timeout_ms)
+        budget = Budget.lasting(tool.definition.timeout_ms)
         budget.policy = policy
         origin = Origin.root(caller, call_id, budget)
         with raced_call_id(who):

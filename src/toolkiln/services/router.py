@@ -117,7 +117,7 @@ class Router:
         ``read_at`` is when the statement that read ``tool`` was sent (``time.monotonic()``,
         after its transaction began): its status is the one ``_active`` checks."""
         if origin.parent_call_id is None:
-            origin.budget.narrow(tool.timeout_ms)
+            origin.budget.narrow(tool.definition.timeout_ms)
         run = origin.entering(tool.id)
         if tool.status != "active":
             err = error("tool_disabled", "The tool is disabled.", {"reason": tool.disabled_reason})
@@ -126,10 +126,11 @@ class Router:
             err = error("invalid_input", "The input does not match the tool's schema.", problems)
             return self._recorded(run, tool, refused(run.call_id, tool.id, tool.version, err))
         # Analysed when it was saved: kept for the workspace (services/analysis.py).
-        analysis = self.analyser.analyse(tool.language, tool.code, tool.workspace_id)
+        d = tool.definition
+        analysis = self.analyser.analyse(d.language, d.code, tool.workspace_id)
         if analysis.problems:
             return self._recorded(run, tool, _unchecked(run.call_id, tool, analysis))
-        code = Code.analysed(tool.language, tool.code, analysis, tool.timeout_ms)
+        code = Code.analysed(d.language, d.code, analysis, d.timeout_ms)
         ended = False
 
         def on_end() -> None:  # the run is over; its process is about to be handed on
@@ -385,7 +386,7 @@ class Router:
             if found is not None:
                 self._compiled_cache.move_to_end(key)
                 return found
-        made = compile_validator(tool.input_schema)
+        made = compile_validator(tool.definition.input_schema)
         with self._lock:
             self._compiled_cache[key] = made
             while len(self._compiled_cache) > 1024:

@@ -84,7 +84,7 @@ class CaseRunner:
             err = error("infra_error", "No sandbox is attached to run test cases.")
             return refused(new_id(), None, None, err)
         # The cases are not needed to run one input; leaving them out skips re-checking them.
-        slim = replace(draft, test_cases=[])
+        slim = replace(draft, definition=replace(draft.definition, test_cases=[]))
         return self._run_once(principal, workspace_id, slim, payload, budget, tool_id)
 
     def run(
@@ -119,7 +119,7 @@ class CaseRunner:
                 message = f"Not run: the test cases' time budget of {self._budget_s:g} s is spent."
                 result = refused(new_id(), None, None, error("not_run", message))
             else:
-                timed = replace(draft, timeout_ms=min(draft.timeout_ms, left_ms))
+                timed = draft.timed(min(draft.definition.timeout_ms, left_ms))
                 result = self.run_one(
                     principal, workspace_id, timed, case["input"], tool_id=tool_id
                 )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from toolkiln.domain.analysis import Analysis
@@ -16,6 +16,7 @@ from toolkiln.domain.records import AuditRow, Page
 from toolkiln.domain.testcases import CaseSpec, check_test_cases
 from toolkiln.domain.tools import (
     VERSIONED_FIELDS,
+    Definition,
     Tool,
     ToolDraft,
     ToolVersion,
@@ -26,34 +27,14 @@ from toolkiln.services.ports import CodeAnalyser, UnitOfWork, UnitOfWorkFactory
 from toolkiln.services.testcases import CaseRunner, CasesRun
 
 Prepare = Callable[[str, Sequence[str]], None]  # (language, the modules the code imports)
-PATCHABLE = (
-    "name",
-    "description",
-    "language",
-    "code",
-    "parameters",
-    "input_schema",
-    "execution_message_description",
-    "enable_globally",
-    "timeout_ms",
-    "test_cases",
-    "allowed_callers",
-)
+# The fields of a tool a PATCH may change besides its definition's.
+SETTINGS = ("name", "execution_message_description", "enable_globally")
+PATCHABLE = (*SETTINGS, *VERSIONED_FIELDS, "parameters")
 
 
-def _snapshot(tool: Tool) -> ToolVersion:
-    return ToolVersion(
-        tool.id,
-        tool.version,
-        tool.language,
-        tool.code,
-        tool.description,
-        tool.input_schema,
-        tool.timeout_ms,
-        tool.updated_at,
-        list(tool.test_cases),
-        list(tool.allowed_callers),
-    )
+def _columns(settings: Tool | ToolDraft, definition: Definition) -> dict[str, Any]:
+    """A tool's stored fields that a change may move, by column name."""
+    return {**{k: getattr(settings, k) for k in SETTINGS}, **definition.as_dict()}
 
 
 @dataclass(slots=True)
@@ -61,7 +42,7 @@ class _Change:
     """What a PATCH would write, worked out from the tool as it is now."""
 
     draft: ToolDraft
-    cases: list[CaseSpec]
+    definition: Definition
     fields: dict[str, Any]
 
     @property
@@ -69,10 +50,13 @@ class _Change:
         return any(k in VERSIONED_FIELDS for k in self.fields)
 
     @property
-    def tested(self) -> tuple[Any, ...]:
+    def cases(self) -> list[CaseSpec]:
+        return check_test_cases(self.definition.test_cases)[0]
+
+    @property
+    def tested(self) -> Definition:
         """What the test cases ran against: if any of it moves meanwhile, they ran in vain."""
-        d = self.draft
-        return (d.language, d.code, d.input_schema, d.parameters, d.timeout_ms, self.cases)
+        return self.definition
 
 
 class ToolService:
@@ -97,33 +81,32 @@ class ToolService:
         # them are installed before its first call (the sandbox does it in the background).
         self._prepare = prepare or (lambda language, imports: None)
 
-    def validate(self, principal: Principal, workspace_id: str, draft: ToolDraft) -> dict[str, Any]:
-        """The draft's input schema, or InvalidTool with every problem found."""
+    def validate(self, principal: Principal, workspace_id: str, draft: ToolDraft) -> Definition:
+        """The definition the draft stands for, or InvalidTool with every problem found."""
         return self._checked(principal, workspace_id, draft)[0]
 
     def _checked(
         self, principal: Principal, workspace_id: str, draft: ToolDraft
-    ) -> tuple[dict[str, Any], Analysis]:
+    ) -> tuple[Definition, Analysis]:
         principal.require_workspace(workspace_id)
         with self._uow(readonly=True) as tx:
             if tx.workspaces.get(workspace_id) is None:
                 raise InvalidTool([{"field": "workspace_id", "message": "no such workspace"}])
             ceiling = tx.workspaces.policy(workspace_id).max_timeout_ms
-        analysis = self._analyser.analyse(draft.language, draft.code, workspace_id)
-        schema, problems = validate_draft(draft, ceiling, analysis)
+        d = draft.definition
+        analysis = self._analyser.analyse(d.language, d.code, workspace_id)
+        definition, problems = validate_draft(draft, ceiling, analysis)
         if problems:
             raise InvalidTool(problems)
-        return schema, analysis
+        return definition, analysis
 
-    def preflight(
-        self, principal: Principal, workspace_id: str, draft: ToolDraft
-    ) -> dict[str, Any]:
+    def preflight(self, principal: Principal, workspace_id: str, draft: ToolDraft) -> Definition:
         """Everything a create checks before running test cases: the rules and the name."""
         return self._preflight(principal, workspace_id, draft)[0]
 
     def _preflight(
         self, principal: Principal, workspace_id: str, draft: ToolDraft
-    ) -> tuple[dict[str, Any], Analysis]:
+    ) -> tuple[Definition, Analysis]:
         principal.require("write")
         checked = self._checked(principal, workspace_id, draft)
         with self._uow(readonly=True) as tx:
@@ -138,8 +121,8 @@ class ToolService:
         draft: ToolDraft,
         allow_failing_tests: bool = False,
     ) -> Tool:
-        schema, analysis = self._preflight(principal, workspace_id, draft)
-        cases = check_test_cases(draft.test_cases)[0]
+        definition, analysis = self._preflight(principal, workspace_id, draft)
+        cases = check_test_cases(definition.test_cases)[0]
         tool_id = new_id()  # before the cases run: their audit rows carry it
         if cases and not allow_failing_tests:
             self._require_passing(principal, workspace_id, draft, cases, tool_id)
@@ -148,13 +131,9 @@ class ToolService:
             id=tool_id,
             workspace_id=workspace_id,
             name=draft.name,
-            description=draft.description,
-            language=draft.language,
-            code=draft.code,
-            input_schema=schema,
+            definition=definition,
             execution_message_description=draft.execution_message_description,
             enable_globally=draft.enable_globally,
-            timeout_ms=draft.timeout_ms,
             status="active",
             disabled_reason=None,
             usage_count=0,
@@ -163,16 +142,14 @@ class ToolService:
             version=1,
             created_at=now,
             updated_at=now,
-            test_cases=[dict(c) for c in cases],
-            allowed_callers=list(draft.allowed_callers),
         )
         with self._uow() as tx:
             if tx.tools.name_taken(workspace_id, draft.name):
                 raise _name_taken(draft.name)
             tx.tools.add(tool)
-            tx.tools.add_version(_snapshot(tool))
+            tx.tools.add_version(tool.snapshot())
             self._audit(tx, tool, "tool.created", {"name": tool.name, "version": 1})
-        self._prepare(tool.language, analysis.imports)
+        self._prepare(definition.language, analysis.imports)
         return tool
 
     def get(self, principal: Principal, tool_id: str) -> Tool:
@@ -205,7 +182,8 @@ class ToolService:
             current = self._visible(tx, principal, tool_id)
             _require_base(current, base_version)
         draft = self._merged_draft(current, change)
-        analysis = self._analyser.analyse(draft.language, draft.code, current.workspace_id)
+        d = draft.definition
+        analysis = self._analyser.analyse(d.language, d.code, current.workspace_id)
         with self._uow(readonly=True) as tx:
             planned = self._plan(tx, current, draft, analysis)
         if not planned.fields:
@@ -219,10 +197,11 @@ class ToolService:
             current = self._visible(tx, principal, tool_id, lock=True)
             _require_base(current, base_version)
             again = self._merged_draft(current, change)
-            if (again.language, again.code) != (draft.language, draft.code):
+            a = again.definition
+            if (a.language, a.code) != (d.language, d.code):
                 # Its code changed meanwhile: analysed by that change, so kept for the
                 # workspace (services/analysis.py).
-                analysis = self._analyser.analyse(again.language, again.code, current.workspace_id)
+                analysis = self._analyser.analyse(a.language, a.code, current.workspace_id)
             final = self._plan(tx, current, again, analysis)
             if not final.fields:
                 return current
@@ -240,8 +219,8 @@ class ToolService:
             tx.tools.update(current.id, fields)
             updated = self._visible(tx, principal, tool_id)
             if final.new_version:
-                tx.tools.add_version(_snapshot(updated))
-                self._prepare(updated.language, analysis.imports)
+                tx.tools.add_version(updated.snapshot())
+                self._prepare(updated.definition.language, analysis.imports)
             self._audit(
                 tx,
                 updated,
@@ -257,29 +236,17 @@ class ToolService:
         """What the change (``draft``: the tool with it applied; ``analysis``: of its code)
         would write, or InvalidTool."""
         ceiling = tx.workspaces.policy(current.workspace_id).max_timeout_ms
-        schema, problems = validate_draft(draft, ceiling, analysis)
+        definition, problems = validate_draft(draft, ceiling, analysis)
         if problems:
             raise InvalidTool(problems)
         if draft.name != current.name and tx.tools.name_taken(
             current.workspace_id, draft.name, except_id=current.id
         ):
             raise _name_taken(draft.name)
-        cases = check_test_cases(draft.test_cases)[0]
-        proposed = {
-            "name": draft.name,
-            "description": draft.description,
-            "language": draft.language,
-            "code": draft.code,
-            "input_schema": schema,
-            "execution_message_description": draft.execution_message_description,
-            "enable_globally": draft.enable_globally,
-            "timeout_ms": draft.timeout_ms,
-            "test_cases": cases,
-            "allowed_callers": list(draft.allowed_callers),
-        }
-        before = asdict(current)
+        proposed = _columns(draft, definition)
+        before = _columns(current, current.definition)
         fields = {k: v for k, v in proposed.items() if before[k] != v}
-        return _Change(draft, cases, fields)
+        return _Change(draft, definition, fields)
 
     def _require_passing(
         self,
@@ -303,37 +270,23 @@ class ToolService:
             raise NotFound("No such version of this tool.")
         draft = ToolDraft(
             name=tool.name,
-            language=found.language,
-            code=found.code,
-            description=found.description,
-            input_schema=found.input_schema,
+            definition=found.definition,
+            schema_given=True,
             execution_message_description=tool.execution_message_description,
-            timeout_ms=found.timeout_ms,
         )
-        cases = check_test_cases(found.test_cases)[0]
+        cases = check_test_cases(found.definition.test_cases)[0]
         reports = self.cases.run(principal, tool.workspace_id, draft, cases, tool.id)
         return CasesRun(found.version, reports)
 
     @staticmethod
     def _merged_draft(current: Tool, change: dict[str, Any]) -> ToolDraft:
-        values: dict[str, Any] = {
-            "name": current.name,
-            "language": current.language,
-            "code": current.code,
-            "description": current.description,
-            "input_schema": current.input_schema,
-            "execution_message_description": current.execution_message_description,
-            "enable_globally": current.enable_globally,
-            "timeout_ms": current.timeout_ms,
-            "test_cases": current.test_cases,
-            "allowed_callers": current.allowed_callers,
-        }
+        values: dict[str, Any] = _columns(current, current.definition)
         if "parameters" in change and "input_schema" not in change:
             values["input_schema"] = None  # the new parameters replace the schema
         values.update({k: v for k, v in change.items() if k in PATCHABLE})
         if values.get("description") is None:
             values["description"] = ""
-        return ToolDraft(**values)
+        return ToolDraft.of(**values)
 
     def delete(self, principal: Principal, tool_id: str) -> None:
         principal.require("write")

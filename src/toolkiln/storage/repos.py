@@ -21,7 +21,14 @@ from toolkiln.domain.records import (
     TokenRecord,
     Workspace,
 )
-from toolkiln.domain.tools import AUTO_DISABLE_AFTER, AUTO_DISABLE_REASON, Tool, ToolVersion
+from toolkiln.domain.tools import (
+    AUTO_DISABLE_AFTER,
+    AUTO_DISABLE_REASON,
+    VERSIONED_FIELDS,
+    Definition,
+    Tool,
+    ToolVersion,
+)
 from toolkiln.storage.prepared import Prepared
 from toolkiln.storage.tables import (
     agent_tools,
@@ -160,7 +167,7 @@ class SqlTokens:
         return [r.id for r in self._c.execute(q) if "admin" in r.scopes.split(",")]
 
 
-_TOOL_FIELDS = [c.name for c in tools.columns]
+_TOOL_FIELDS = [c.name for c in tools.columns if c.name not in VERSIONED_FIELDS]
 
 
 class SqlTools:
@@ -172,10 +179,11 @@ class SqlTools:
         values = {k: r[k] for k in _TOOL_FIELDS}
         values["created_at"] = _utc(values["created_at"])
         values["updated_at"] = _utc(values["updated_at"])
-        return Tool(**values)
+        return Tool(definition=Definition.of(r), **values)
 
     def add(self, tool: Tool) -> None:
         values = {k: getattr(tool, k) for k in _TOOL_FIELDS if k != "seq"}
+        values.update(tool.definition.as_dict())
         try:
             with self._c.begin_nested():
                 self._c.execute(tools.insert().values(**values))
@@ -256,31 +264,15 @@ class SqlTools:
             tool_versions.insert().values(
                 tool_id=version.tool_id,
                 version=version.version,
-                language=version.language,
-                code=version.code,
-                description=version.description,
-                input_schema=version.input_schema,
-                timeout_ms=version.timeout_ms,
                 created_at=version.created_at,
-                test_cases=version.test_cases,
-                allowed_callers=version.allowed_callers,
+                **version.definition.as_dict(),
             )
         )
 
     @staticmethod
     def _version(r: RowMapping) -> ToolVersion:
-        return ToolVersion(
-            r["tool_id"],
-            r["version"],
-            r["language"],
-            r["code"],
-            r["description"],
-            r["input_schema"],
-            r["timeout_ms"],
-            _utc(r["created_at"]) or utcnow(),
-            r["test_cases"],
-            r["allowed_callers"],
-        )
+        created = _utc(r["created_at"]) or utcnow()
+        return ToolVersion(r["tool_id"], r["version"], Definition.of(r), created)
 
     def versions(self, tool_id: str) -> list[ToolVersion]:
         q = tool_versions.select().where(tool_versions.c.tool_id == tool_id)

@@ -35,6 +35,21 @@ tokens = sa.Table(
     sa.Column("revoked_at", Moment),
 )
 
+
+def _definition() -> list[sa.Column[object]]:
+    """The columns of a tool's definition (``domain.tools.Definition``), in the tool's row
+    (its current version) and in each row of its history alike."""
+    return [
+        sa.Column("description", sa.Text, nullable=False),
+        sa.Column("language", sa.String(16), nullable=False),
+        sa.Column("code", sa.Text, nullable=False),
+        sa.Column("input_schema", JSONType, nullable=False),
+        sa.Column("timeout_ms", sa.Integer, nullable=False),
+        sa.Column("test_cases", JSONType, nullable=False, server_default=NO_CASES),
+        sa.Column("allowed_callers", JSONType, nullable=False, server_default=ALL_CALLERS),
+    ]
+
+
 tools = sa.Table(
     "tools",
     metadata,
@@ -42,13 +57,9 @@ tools = sa.Table(
     sa.Column("id", sa.String(32), nullable=False, unique=True),
     sa.Column("workspace_id", sa.String(32), sa.ForeignKey("workspaces.id"), nullable=False),
     sa.Column("name", sa.String(64), nullable=False),
-    sa.Column("description", sa.Text, nullable=False),
-    sa.Column("language", sa.String(16), nullable=False),
-    sa.Column("code", sa.Text, nullable=False),
-    sa.Column("input_schema", JSONType, nullable=False),
+    *_definition(),
     sa.Column("execution_message_description", sa.String(200)),
     sa.Column("enable_globally", sa.Boolean, nullable=False),
-    sa.Column("timeout_ms", sa.Integer, nullable=False),
     sa.Column("status", sa.String(16), nullable=False),
     sa.Column("disabled_reason", sa.Text),
     sa.Column("usage_count", sa.BigInteger, nullable=False),
@@ -57,8 +68,6 @@ tools = sa.Table(
     sa.Column("version", sa.Integer, nullable=False),
     sa.Column("created_at", Moment, nullable=False),
     sa.Column("updated_at", Moment, nullable=False),
-    sa.Column("test_cases", JSONType, nullable=False, server_default=NO_CASES),
-    sa.Column("allowed_callers", JSONType, nullable=False, server_default=ALL_CALLERS),
     sa.UniqueConstraint("workspace_id", "name", name="uq_tools_workspace_name"),
     sa.Index("ix_tools_workspace_seq", "workspace_id", "seq"),  # a workspace's pages
 )
@@ -68,14 +77,8 @@ tool_versions = sa.Table(
     metadata,
     sa.Column("tool_id", sa.String(32), primary_key=True),
     sa.Column("version", sa.Integer, primary_key=True),
-    sa.Column("language", sa.String(16), nullable=False),
-    sa.Column("code", sa.Text, nullable=False),
-    sa.Column("description", sa.Text, nullable=False),
-    sa.Column("input_schema", JSONType, nullable=False),
-    sa.Column("timeout_ms", sa.Integer, nullable=False),
+    *_definition(),
     sa.Column("created_at", Moment, nullable=False),
-    sa.Column("test_cases", JSONType, nullable=False, server_default=NO_CASES),
-    sa.Column("allowed_callers", JSONType, nullable=False, server_default=ALL_CALLERS),
 )
 
 audit = sa.Table(

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from toolkiln.api import models, serialize
 from toolkiln.api.deps import Reader, Svc, Work, Writer
 from toolkiln.domain import limits
-from toolkiln.domain.tools import ToolDraft
+from toolkiln.domain.tools import DRAFT_FIELDS, ToolDraft
 
 VersionNumber = Annotated[int, Path(ge=1, le=limits.MAX_VERSION)]
 
@@ -19,19 +19,10 @@ router = APIRouter(prefix="/v1/custom-tools", tags=["custom tools"])
 
 def draft_of(body: models.ToolCreate) -> ToolDraft:
     # exclude_unset keeps "expect: {raw_data: null}" apart from an expect without raw_data.
-    return ToolDraft(
-        name=body.name,
-        language=body.language,
-        code=body.code,
-        description=body.description or "",
-        parameters=body.parameters,
-        input_schema=body.input_schema,
-        execution_message_description=body.execution_message_description,
-        enable_globally=body.enable_globally,
-        timeout_ms=body.timeout_ms,
-        test_cases=[c.model_dump(exclude_unset=True) for c in body.test_cases],
-        allowed_callers=list(body.allowed_callers),
-    )
+    values = body.model_dump(include=set(DRAFT_FIELDS) - {"test_cases"})
+    values["description"] = values["description"] or ""
+    values["test_cases"] = [c.model_dump(exclude_unset=True) for c in body.test_cases]
+    return ToolDraft.of(**values)
 
 
 @router.post(
@@ -59,8 +50,8 @@ def validate_tool(body: models.ToolCreate, who: Writer, svc: Svc) -> dict[str, A
     """Check a definition as a create would, storing nothing: 200, or 422 with every problem
     (the view calls this as the user types)."""
     who.require("write")
-    schema = svc.tools.validate(who, body.workspace_id, draft_of(body))
-    return {"data": {"valid": True, "input_schema": schema}}
+    definition = svc.tools.validate(who, body.workspace_id, draft_of(body))
+    return {"data": {"valid": True, "input_schema": definition.input_schema}}
 
 
 @router.get("", response_model=models.Many[models.Tool])
