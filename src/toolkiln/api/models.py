@@ -8,6 +8,7 @@ from fastapi import Query
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from toolkiln.domain import limits, text
+from toolkiln.domain.egress import MAX_RULES
 from toolkiln.domain.records import BUILTIN_NAMES
 from toolkiln.domain.testcases import DEFAULT_CALLERS, MAX_CASE_NAME_CHARS, MAX_TEST_CASES
 
@@ -137,6 +138,15 @@ def _callers() -> Any:
     )
 
 
+def _egress() -> Any:
+    return Field(
+        default_factory=list,
+        max_length=MAX_RULES,
+        description="Hosts http_request may reach from this tool's code: 'api.example.com', "
+        "'*.example.org', 'api.example.com:8443' (docs/egress.md). Empty: none.",
+    )
+
+
 def _allow_failing() -> Any:
     return Field(
         False, description="Store the version even when its test cases fail (they are not run)."
@@ -152,6 +162,7 @@ class ToolFields(Body):
     timeout_ms: JsonInt = Field(limits.DEFAULT_TIMEOUT_MS, **TIMEOUT)
     test_cases: list[TestCaseIn] = _cases()
     allowed_callers: list[Caller] = _callers()
+    egress: list[str] = _egress()
     allow_failing_tests: bool = _allow_failing()
 
 
@@ -181,6 +192,7 @@ class ToolPatch(Body):
     # Not nullable: left out they stay as they are; a null is refused.
     test_cases: list[TestCaseIn] = _cases()
     allowed_callers: list[Caller] = _callers()
+    egress: list[str] = _egress()
     allow_failing_tests: bool = _allow_failing()
     base_version: JsonInt = Field(
         ABSENT,
@@ -242,6 +254,7 @@ class DefinitionOut(BaseModel):
     timeout_ms: int
     test_cases: list[dict[str, Any]]
     allowed_callers: list[str]
+    egress: list[str]
 
 
 class Tool(DefinitionOut):

@@ -10,6 +10,7 @@ from typing import Any
 
 from toolkiln.domain import limits
 from toolkiln.domain.analysis import Analysis
+from toolkiln.domain.egress import check_rules
 from toolkiln.domain.problems import Problem, problem, text_problems
 from toolkiln.domain.schema import EMPTY_SCHEMA, check_schema, parameters_to_schema
 from toolkiln.domain.testcases import DEFAULT_CALLERS, check_callers, check_test_cases
@@ -41,6 +42,7 @@ class Definition:
     timeout_ms: int = limits.DEFAULT_TIMEOUT_MS
     test_cases: list[dict[str, Any]] = field(default_factory=list)
     allowed_callers: list[str] = field(default_factory=_all_callers)
+    egress: list[str] = field(default_factory=list)  # hosts http_request may reach
 
     @classmethod
     def of(cls, values: Mapping[Any, Any]) -> Definition:
@@ -174,6 +176,7 @@ def validate_draft(
     problems += analysis.problems
     problems += check_test_cases(d.test_cases)[1]
     problems += check_callers(d.allowed_callers)
+    problems += check_rules(d.egress)
     schema, schema_problems = _schema_of(draft)
     return _definition(draft, schema), problems + schema_problems
 

@@ -10,9 +10,11 @@ from toolkiln.domain.limits import MAX_CALL_ID_CHARS
 metadata = sa.MetaData()
 JSONType = sa.JSON().with_variant(JSONB(), "postgresql")
 Moment = sa.DateTime(timezone=True)
-# Rows written before test cases and callers existed read as "none" and "everywhere".
+# Rows written before test cases, callers and egress existed read as "none", "everywhere"
+# and "no host".
 NO_CASES = sa.text("'[]'")
 ALL_CALLERS = sa.text('\'["direct", "code"]\'')
+NO_EGRESS = sa.text("'[]'")
 
 workspaces = sa.Table(
     "workspaces",
@@ -47,6 +49,7 @@ def _definition() -> list[sa.Column[object]]:
         sa.Column("timeout_ms", sa.Integer, nullable=False),
         sa.Column("test_cases", JSONType, nullable=False, server_default=NO_CASES),
         sa.Column("allowed_callers", JSONType, nullable=False, server_default=ALL_CALLERS),
+        sa.Column("egress", JSONType, nullable=False, server_default=NO_EGRESS),
     ]
 
 

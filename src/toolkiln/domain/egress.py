@@ -1,0 +1,179 @@
+"""Egress rules: which hosts a request may reach, and which addresses may be connected to.
+
+A rule is ``host``, ``*.domain`` or either with ``:port``; an IP literal is written as is
+(``203.0.113.7``, ``[2001:db8::1]:8443``). Without a port a rule allows the default ports,
+80 and 443. ``*.example.org`` allows every name under ``example.org``, not ``example.org``
+itself. An empty list allows nothing. Names are compared in lower case, a final dot dropped.
+
+A host is one of: a canonical IP literal (dotted quad, or IPv6 in brackets) or a DNS name
+whose labels are letters, digits and hyphens and whose last label is not all digits. Anything
+a resolver would read as an address in another form (``2130706433``, ``0177.0.0.1``,
+``0x7f.1``) is neither, and is refused: tests/security/test_egress_hosts.py.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import socket
+from dataclasses import dataclass
+
+from toolkiln.domain.problems import Problem, problem
+
+MAX_RULES = 100
+MAX_RULE_CHARS = 262
+DEFAULT_PORTS = (80, 443)
+_LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
+# Addresses no request reaches, whatever the policy: the cloud metadata services.
+METADATA = frozenset(
+    ipaddress.ip_address(a) for a in ("169.254.169.254", "fd00:ec2::254", "100.100.100.200")
+)
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+class BadHost(ValueError):
+    """A host that is neither a canonical IP literal nor a DNS name."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    host: str  # a name, a "*." suffix rule (kept as ".domain"), or an address's text
+    port: int | None
+
+    def allows(self, host: str, port: int) -> bool:
+        if self.port is None and port not in DEFAULT_PORTS:
+            return False
+        if self.port is not None and port != self.port:
+            return False
+        if self.host.startswith("."):
+            return host.endswith(self.host) and len(host) > len(self.host)
+        return host == self.host
+
+
+def normal_host(raw: str) -> str:
+    """``raw`` as a rule or a URL names a host, compared form; ``BadHost`` if it is none."""
+    if any(ord(c) < 0x21 or ord(c) == 0x7F for c in raw) or not raw.isascii():
+        raise BadHost("has a control character, a space or a non-ASCII character")
+    if raw.startswith("["):
+        if not raw.endswith("]"):
+            raise BadHost("is not a bracketed IPv6 address")
+        try:
+            return str(ipaddress.IPv6Address(raw[1:-1]))
+        except ValueError:
+            raise BadHost("is not an IPv6 address") from None
+    host = raw.lower().removesuffix(".")
+    try:
+        return str(ipaddress.IPv4Address(host))
+    except ValueError:
+        pass
+    if _reads_as_address(host):
+        raise BadHost("reads as an IP address in a form other than a.b.c.d")
+    labels = host.split(".")
+    if len(host) > 253 or not all(_LABEL.fullmatch(label) for label in labels):
+        raise BadHost("is not a host name (letters, digits, hyphens and dots)")
+    if labels[-1].isdigit():
+        raise BadHost("ends in a numeric label")
+    return host
+
+
+def _reads_as_address(host: str) -> bool:
+    """Whether a resolver would take ``host`` for an IPv4 address (inet_aton's forms)."""
+    try:
+        socket.inet_aton(host)
+    except OSError:
+        return False
+    return True
+
+
+def parse_rule(raw: str) -> Rule:
+    """One rule, or ``BadHost`` saying what is wrong with it."""
+    if not isinstance(raw, str) or not raw or len(raw) > MAX_RULE_CHARS:
+        raise BadHost(f"must be 1 to {MAX_RULE_CHARS} characters")
+    host, port = _split_port(raw)
+    if host.startswith("*."):
+        rest = normal_host(host[2:])
+        if _is_address(rest):
+            raise BadHost("a wildcard needs a domain, not an address")
+        return Rule("." + rest, port)
+    if "*" in host:
+        raise BadHost("a wildcard is only '*.' at the start")
+    return Rule(normal_host(host), port)
+
+
+def _split_port(raw: str) -> tuple[str, int | None]:
+    if raw.startswith("["):
+        end = raw.find("]")
+        host, rest = raw[: end + 1], raw[end + 1 :]
+    elif raw.count(":") == 1:
+        host, rest = raw.split(":")[0], ":" + raw.split(":")[1]
+    else:
+        host, rest = raw, ""
+    if not rest:
+        return host, None
+    digits = rest[1:]
+    if not rest.startswith(":") or not digits.isdigit() or not 0 < int(digits) < 65536:
+        raise BadHost("has a port that is not 1 to 65535")
+    return host, int(digits)
+
+
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def check_rules(raw: object, field: str = "egress") -> list[Problem]:
+    """Every bad rule of an egress list, each named."""
+    if not isinstance(raw, list):
+        return [problem(field, "must be a list of hosts")]
+    if len(raw) > MAX_RULES:
+        return [problem(field, f"must have at most {MAX_RULES} hosts")]
+    out: list[Problem] = []
+    for i, entry in enumerate(raw):
+        try:
+            parse_rule(entry)
+        except BadHost as exc:
+            shown = entry[:80] if isinstance(entry, str) else entry
+            out.append(problem(f"{field}.{i}", f"{shown!r} {exc}"))
+    return out
+
+
+def rules_of(raw: list[str] | tuple[str, ...]) -> tuple[Rule, ...]:
+    """The rules of a list that passed ``check_rules`` (a bad entry, if any, is skipped)."""
+    out = []
+    for entry in raw:
+        try:
+            out.append(parse_rule(entry))
+        except BadHost:
+            continue
+    return tuple(out)
+
+
+def allowed(rules: tuple[Rule, ...], host: str, port: int) -> bool:
+    return any(r.allows(host, port) for r in rules)
+
+
+def address_refusal(address: Address, private_ok: bool) -> str | None:
+    """Why a connection to ``address`` is refused, or None. An IPv4 address inside IPv6
+    (mapped, or NAT64's well-known prefix) is judged as the IPv4 address it carries."""
+    inner = _carried(address)
+    if inner in METADATA or address in METADATA:
+        return "a cloud metadata address"
+    if inner.is_multicast or (inner.is_unspecified and not private_ok):
+        return "not a unicast address"
+    if not private_ok and not inner.is_global:
+        return "a private, loopback, link-local or otherwise non-public address"
+    return None
+
+
+def _carried(address: Address) -> Address:
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return address.ipv4_mapped
+        if address in _NAT64:
+            return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return address
