@@ -17,6 +17,8 @@ from toolkiln.api.app import create_app
 from toolkiln.builtins.calculate import Calculate
 from toolkiln.builtins.email import SendEmail, SmtpConfig
 from toolkiln.builtins.files import SurfaceFile
+from toolkiln.builtins.http import HttpRequest
+from toolkiln.builtins.reach import ssl_context
 from toolkiln.builtins.search import WebSearch, make_provider
 from toolkiln.config import Settings
 from toolkiln.domain.opaque import KEY_BYTES, Positions
@@ -42,11 +44,13 @@ from toolkiln.services.places import Places, PlacesConfig
 from toolkiln.services.ports import BuiltinTool, ChatModel, CodeRunner, UnitOfWorkFactory
 from toolkiln.services.router import Router
 from toolkiln.services.runs import Runs
+from toolkiln.services.secrets import SecretService
 from toolkiln.services.system import SystemService
 from toolkiln.services.testcases import CaseRunner
 from toolkiln.services.tools import ToolService
 from toolkiln.storage.database import Database
 from toolkiln.storage.notify import feed_for
+from toolkiln.storage.sealing import ring_for
 
 log = logging.getLogger("toolkiln")
 
@@ -152,7 +156,10 @@ def build(settings: Settings, *, migrate: bool = True, sandbox: bool = True) -> 
             settings.long_work_retry_after_s,
         )
     )
-    router = Router(uow, Builtins(_builtins(settings, uow, files)), runs, analyser, places)
+    secrets_ = SecretService(uow, ring_for(settings.secrets_key_list(), settings.data_dir))
+    router = Router(
+        uow, Builtins(_builtins(settings, uow, files, secrets_)), runs, analyser, places
+    )
     drafts = DraftRunner(router, runs)  # test runs and test cases: uncounted runs of a draft
     positions = Positions(_positions_key(database))
     audit = AuditService(uow, positions)
@@ -184,6 +191,7 @@ def build(settings: Settings, *, migrate: bool = True, sandbox: bool = True) -> 
             settings.llm_max_attempts,
             places,
         ),
+        secrets=secrets_,
         changes=lambda: feed_for(database.url),
         background=background,
         places=places,
@@ -209,7 +217,7 @@ def _chat_model(settings: Settings) -> ChatModel | None:
 
 
 def _builtins(
-    settings: Settings, uow: UnitOfWorkFactory, files: FileService
+    settings: Settings, uow: UnitOfWorkFactory, files: FileService, secrets_: SecretService
 ) -> dict[str, BuiltinTool]:
     smtp = settings.smtp_url
     key = settings.search_api_key
@@ -223,6 +231,10 @@ def _builtins(
         ),
         "web_search": WebSearch(provider),
         "surface_file": SurfaceFile(files),
+        "http_request": HttpRequest(
+            secrets_,
+            context=ssl_context(str(settings.egress_ca_file) if settings.egress_ca_file else None),
+        ),
     }
 
 

@@ -17,6 +17,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from toolkiln.domain.errors import ServiceUnavailable
 from toolkiln.domain.limits import LLM_ANSWER_BYTES
 from toolkiln.services import places
+from toolkiln.storage.sealing import parse_key
 
 SEARCH_PROVIDERS = ("searxng", "brave")
 DATABASE_BACKENDS = ("sqlite", "postgresql")
@@ -72,6 +73,8 @@ class Settings(BaseSettings):
     long_work_per_workspace: int = Field(places.PER_WORKSPACE, ge=1, le=256)
     long_work_total: int = Field(places.TOTAL, ge=1, le=1024)
     long_work_retry_after_s: int = Field(places.RETRY_AFTER_S, ge=1, le=3600)
+    secrets_keys: SecretStr | None = None
+    egress_ca_file: Path | None = None
 
     # Values checked here, not where they are first used, so that a wrong one is
     # `error: invalid_setting: TOOLKILN_X: ...` for every command, before anything starts
@@ -118,6 +121,27 @@ class Settings(BaseSettings):
             # An empty HMAC key signs links anyone can make; unset, a key is generated.
             raise ValueError("must not be empty (leave it unset to generate one)")
         return value
+
+    @field_validator("secrets_keys")
+    @classmethod
+    def _secrets_keys(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or not value.get_secret_value().strip():
+            return None
+        for key in value.get_secret_value().split(","):
+            parse_key(key)  # a ValueError names what is wrong, never the key
+        return value
+
+    @field_validator("egress_ca_file")
+    @classmethod
+    def _ca_file(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_file():
+            raise ValueError("must be a PEM file of CA certificates")
+        return value
+
+    def secrets_key_list(self) -> list[str]:
+        """The configured keys, newest first (none: one generated into the data dir)."""
+        keys = self.secrets_keys.get_secret_value() if self.secrets_keys else ""
+        return [k.strip() for k in keys.split(",") if k.strip()]
 
     @model_validator(mode="after")
     def _search_needs(self) -> Any:

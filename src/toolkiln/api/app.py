@@ -14,7 +14,17 @@ from toolkiln.api import errors
 from toolkiln.api.middleware import BodyLimit, Metrics, NoNul
 from toolkiln.api.models import ErrorEnvelope
 from toolkiln.api.offload import Offload, work_threads
-from toolkiln.api.routes import access, agents, audit, builtins, generate, invoke, system, tools
+from toolkiln.api.routes import (
+    access,
+    agents,
+    audit,
+    builtins,
+    generate,
+    invoke,
+    secrets,
+    system,
+    tools,
+)
 from toolkiln.domain.limits import MAX_BODY_BYTES
 from toolkiln.services.container import Services
 
@@ -58,7 +68,7 @@ def create_app(
     app.state.registry = CollectorRegistry()
     errors.install(app)
     # invoke and generate before tools: their fixed paths must win over /{tool_id}.
-    for module in (system, access, invoke, generate, tools, audit, builtins, agents):
+    for module in (system, access, secrets, invoke, generate, tools, audit, builtins, agents):
         app.include_router(module.router)
     # The invoke route's fast path, ahead of every router; FastAPI's own route stays for the
     # document and for any body that is not valid (api/routes/invoke.py).

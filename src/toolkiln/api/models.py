@@ -10,6 +10,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from toolkiln.domain import limits, text
 from toolkiln.domain.egress import MAX_RULES
 from toolkiln.domain.records import BUILTIN_NAMES
+from toolkiln.domain.secrets import MAX_VALUE_CHARS as MAX_SECRET_CHARS
 from toolkiln.domain.testcases import DEFAULT_CALLERS, MAX_CASE_NAME_CHARS, MAX_TEST_CASES
 
 T = TypeVar("T")
@@ -101,6 +102,46 @@ class PolicyPatch(Body):
     email_allowlist: list[Annotated[str, Field(**EMAIL_ENTRY)]] = Field(ABSENT, max_length=1000)
     builtins: list[Literal[BUILTIN_NAMES]] = Field(ABSENT)  # type: ignore[valid-type]
     max_timeout_ms: JsonInt = Field(ABSENT, **TIMEOUT)
+    egress: list[str] = Field(
+        ABSENT,
+        max_length=MAX_RULES,
+        description="Hosts a model's own http_request calls may reach (docs/egress.md).",
+    )
+    egress_private: bool = Field(
+        ABSENT,
+        description="Let requests reach private, loopback, link-local and CGNAT addresses.",
+    )
+
+
+SECRET_NAME = checked(minLength=1, maxLength=64, pattern="^[A-Za-z_][A-Za-z0-9_]*$")
+SECRET_VALUE = checked(minLength=1, maxLength=MAX_SECRET_CHARS)
+SECRET_HOSTS = checked(minItems=1, maxItems=MAX_RULES)
+
+
+class SecretIn(Body):
+    name: str = Field(**SECRET_NAME)
+    value: str = Field(**SECRET_VALUE, description="Written once, never shown again.")
+    hosts: list[str] = Field(
+        **SECRET_HOSTS,
+        description="The hosts the value may be sent to, written as in an egress list.",
+    )
+
+
+class SecretPatch(Body):
+    """A field left out keeps its value."""
+
+    model_config = ConfigDict(json_schema_extra=_absent_not_null)
+
+    value: str = Field(ABSENT, **SECRET_VALUE)
+    hosts: list[str] = Field(ABSENT, **SECRET_HOSTS)
+
+
+class SecretOut(BaseModel):
+    name: str
+    hosts: list[str]
+    created_at: str
+    updated_at: str
+    last_used_at: str | None
 
 
 class Expect(Body):
@@ -236,6 +277,8 @@ class Policy(BaseModel):
     email_allowlist: list[str]
     builtins: list[str]
     max_timeout_ms: int
+    egress: list[str]
+    egress_private: bool
 
 
 class SchemaWarning(BaseModel):

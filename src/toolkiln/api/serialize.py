@@ -8,6 +8,7 @@ from toolkiln.domain.formats import schema_warnings
 from toolkiln.domain.ids import rfc3339
 from toolkiln.domain.records import AuditRow, Policy, TokenRecord, Workspace
 from toolkiln.domain.schema import schema_to_parameters
+from toolkiln.domain.secrets import SecretInfo
 from toolkiln.domain.tools import Definition, Tool, ToolVersion
 
 
@@ -65,6 +66,16 @@ def tool_version(v: ToolVersion) -> dict[str, Any]:
         "version": v.version,
         **definition(v.definition),
         "created_at": rfc3339(v.created_at),
+    }
+
+
+def secret(s: SecretInfo) -> dict[str, Any]:
+    return {
+        "name": s.name,
+        "hosts": list(s.hosts),
+        "created_at": rfc3339(s.created_at),
+        "updated_at": rfc3339(s.updated_at),
+        "last_used_at": rfc3339(s.last_used_at) if s.last_used_at else None,
     }
 
 

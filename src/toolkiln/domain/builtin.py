@@ -46,6 +46,11 @@ class BuiltinCall:
     agent_id: str | None = None
     deadline: float | None = None  # time.monotonic(): when the calling call must be over
     cost: dict[str, Any] = field(default_factory=dict)
+    # The hosts this call may reach: the calling tool version's egress list, else the
+    # workspace policy's (domain/egress.py).
+    egress: tuple[str, ...] = ()
+    # Audit rows the built-in asks for besides its builtin.called row: (event, data).
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
     def until(self, cap_s: float) -> tuple[float, bool]:
         """When the built-in's own work must end (``time.monotonic()``): ``cap_s`` from now,

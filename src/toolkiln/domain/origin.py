@@ -105,12 +105,21 @@ class Origin:
     # The deadline (time.monotonic()) of the run whose code makes this call, when it is one:
     # a nested tool's own timeout_ms may end it before the root call's deadline.
     run_deadline: float | None = None
+    # The egress list of the tool version whose code runs here (a draft's under a test
+    # run); None where no tool's code runs (a model's or the API's own call, run_code and
+    # code mode as root calls): there the workspace policy's list applies.
+    egress: tuple[str, ...] | None = None
 
     @classmethod
     def root(
-        cls, caller: Caller, call_id: str, budget: Budget, offer: Offer | None = None
+        cls,
+        caller: Caller,
+        call_id: str,
+        budget: Budget,
+        offer: Offer | None = None,
+        egress: tuple[str, ...] | None = None,
     ) -> Origin:
-        return cls(caller, call_id, call_id, budget, offer=offer)
+        return cls(caller, call_id, call_id, budget, offer=offer, egress=egress)
 
     @property
     def workspace_id(self) -> str:
@@ -136,10 +145,12 @@ class Origin:
         call's code): same caller and budget, this call as its parent, rows of its own."""
         return replace(self, call_id=call_id, parent_call_id=self.call_id, rows=[])
 
-    def entering(self, tool_id: str) -> Origin:
-        """This call, now running the code of ``tool_id`` (which joins the chain). A tool's
-        own code reaches its workspace's tools, whoever offered the tool to the caller."""
-        return replace(self, chain=(*self.chain, tool_id), tool_id=tool_id, offer=None)
+    def entering(self, tool_id: str, egress: tuple[str, ...] = ()) -> Origin:
+        """This call, now running the code of ``tool_id`` (which joins the chain), whose
+        version may reach ``egress``. A tool's own code reaches its workspace's tools,
+        whoever offered the tool to the caller."""
+        chain = (*self.chain, tool_id)
+        return replace(self, chain=chain, tool_id=tool_id, offer=None, egress=egress)
 
     def from_code(self) -> Origin:
         """A call made by the code running here: source ``code``, this call as parent."""

@@ -7,12 +7,20 @@ from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 from toolkiln.domain import limits
+from toolkiln.domain.egress import check_rules
 from toolkiln.domain.problems import Problem, problem, text_problems
 from toolkiln.domain.text import is_label
 
 T = TypeVar("T")
 
-BUILTIN_NAMES = ("calculate", "send_email", "web_search", "surface_file", "run_code")
+BUILTIN_NAMES = (
+    "calculate",
+    "send_email",
+    "web_search",
+    "surface_file",
+    "run_code",
+    "http_request",
+)
 
 
 @dataclass(slots=True)
@@ -40,12 +48,17 @@ class Policy:
     email_allowlist: list[str] = field(default_factory=list)
     builtins: list[str] = field(default_factory=lambda: list(BUILTIN_NAMES))
     max_timeout_ms: int = limits.MAX_TIMEOUT_MS
+    egress: list[str] = field(default_factory=list)  # hosts a model's http_request may reach
+    # Whether requests may reach private, loopback, link-local and CGNAT addresses.
+    egress_private: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "email_allowlist": list(self.email_allowlist),
             "builtins": list(self.builtins),
             "max_timeout_ms": self.max_timeout_ms,
+            "egress": list(self.egress),
+            "egress_private": self.egress_private,
         }
 
     @classmethod
@@ -55,6 +68,8 @@ class Policy:
             email_allowlist=list(raw.get("email_allowlist", [])),
             builtins=list(raw.get("builtins", BUILTIN_NAMES)),
             max_timeout_ms=int(raw.get("max_timeout_ms", limits.MAX_TIMEOUT_MS)),
+            egress=list(raw.get("egress", [])),
+            egress_private=bool(raw.get("egress_private", False)),
         )
 
 
@@ -68,6 +83,7 @@ def check_policy(policy: Policy) -> list[Problem]:
     for i, name in enumerate(policy.builtins):
         if name not in BUILTIN_NAMES:
             out.append(problem(f"builtins.{i}", f"unknown built-in; known: {list(BUILTIN_NAMES)}"))
+    out += check_rules(policy.egress)
     if not limits.MIN_TIMEOUT_MS <= policy.max_timeout_ms <= limits.MAX_TIMEOUT_MS:
         out.append(
             problem(

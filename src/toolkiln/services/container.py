@@ -15,6 +15,7 @@ from toolkiln.services.invoke import InvokeService
 from toolkiln.services.outbox import OutboxService
 from toolkiln.services.places import Places
 from toolkiln.services.router import Router
+from toolkiln.services.secrets import SecretService
 from toolkiln.services.system import SystemService
 from toolkiln.services.tools import ToolService
 
@@ -31,6 +32,7 @@ class Services:
     outbox: OutboxService
     agents: AgentService
     generate: GenerateService
+    secrets: SecretService
     # A new feed for each watcher (each holds its own LISTEN connection on PostgreSQL).
     changes: Callable[[], ChangeFeed]
     # The service's background loops; /healthz reports theirs.

@@ -69,6 +69,7 @@ class Builtins:
             origin.call_id,
             origin.caller.agent_id,
             origin.deadline,  # the root call's, or sooner the calling run's
+            egress=origin.egress if origin.egress is not None else tuple(policy.egress),
         )
         tool = self._builtins[name]
         if problems := input_problems(self._validators[name], payload):
@@ -88,6 +89,7 @@ class Builtins:
             "cost": {"calls": 1, **call.cost},
         }
         origin.rows.append(origin.row("builtin.called", data))
+        origin.rows.extend(origin.row(event, data) for event, data in call.events)
         return result
 
     @staticmethod

@@ -65,9 +65,10 @@ class DraftRunner:
         d = definition_of(draft)
         analysis = self._router.analyser.analyse(d.language, d.code, workspace_id)
         budget = budget if budget is not None else Budget.lasting(d.timeout_ms)
-        origin = Origin.root(Caller(principal, workspace_id), new_id(), budget)
+        caller = Caller(principal, workspace_id)
+        origin = Origin.root(caller, new_id(), budget, egress=tuple(d.egress))
         if tool_id is not None:
-            origin = origin.entering(tool_id)
+            origin = origin.entering(tool_id, tuple(d.egress))
         if analysis.problems:
             return unrunnable(origin.call_id, analysis)
         self._runs.prepare(d.language, analysis.imports)

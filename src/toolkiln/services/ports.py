@@ -20,6 +20,7 @@ from toolkiln.domain.records import (
     TokenRecord,
     Workspace,
 )
+from toolkiln.domain.secrets import Secret, SecretInfo
 from toolkiln.domain.tools import Tool, ToolVersion
 
 
@@ -99,6 +100,20 @@ class AgentRepo(Protocol):
     def enabled(self, agent_id: str) -> dict[str, int | None]: ...
 
 
+class SecretRepo(Protocol):
+    """A workspace's secrets, each value sealed (``Sealer``): the repository never sees one
+    in the clear."""
+
+    def add(self, workspace_id: str, info: SecretInfo, sealed: str) -> None: ...
+    def get(self, workspace_id: str, name: str) -> tuple[SecretInfo, str] | None: ...
+    def all(self, workspace_id: str) -> list[SecretInfo]: ...
+    def sealed(self, workspace_id: str, names: list[str]) -> dict[str, tuple[SecretInfo, str]]: ...
+    def update(self, workspace_id: str, name: str, fields: dict[str, Any]) -> None: ...
+    def used(self, workspace_id: str, names: list[str]) -> None: ...
+    def delete(self, workspace_id: str, name: str) -> bool: ...
+    def count(self, workspace_id: str) -> int: ...
+
+
 class UnitOfWork(Protocol):
     """One transaction: everything in it is committed together or not at all."""
 
@@ -118,6 +133,8 @@ class UnitOfWork(Protocol):
     def files(self) -> FileRepo: ...
     @property
     def agents(self) -> AgentRepo: ...
+    @property
+    def secrets(self) -> SecretRepo: ...
 
 
 class UnitOfWorkFactory(Protocol):
@@ -157,6 +174,23 @@ class BuiltinTool(Protocol):
     spec: BuiltinSpec
 
     def call(self, payload: dict[str, Any], call: BuiltinCall) -> dict[str, Any]: ...
+
+
+class Sealer(Protocol):
+    """Authenticated encryption of secret values at rest; ``context`` binds a value to its
+    place (its workspace and name), so a sealed value moved to another row does not open."""
+
+    def seal(self, plain: str, context: str) -> str: ...
+    def open(self, sealed: str, context: str) -> str:
+        """The value, or ``ServiceUnavailable`` (``secret_unreadable``) when no key opens it."""
+        ...
+
+
+class SecretSource(Protocol):
+    """What ``http_request`` reads of a workspace's secrets, and tells of their use."""
+
+    def for_request(self, workspace_id: str, names: list[str]) -> dict[str, Secret]: ...
+    def used(self, workspace_id: str, names: list[str]) -> None: ...
 
 
 class ChatModel(Protocol):

@@ -118,7 +118,7 @@ class Router:
         after its transaction began): its status is the one ``_active`` checks."""
         if origin.parent_call_id is None:
             origin.budget.narrow(tool.definition.timeout_ms)
-        run = origin.entering(tool.id)
+        run = origin.entering(tool.id, tuple(tool.definition.egress))
         if tool.status != "active":
             err = error("tool_disabled", "The tool is disabled.", {"reason": tool.disabled_reason})
             return self._recorded(run, tool, refused(run.call_id, tool.id, tool.version, err))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -29,7 +28,9 @@ from toolkiln.domain.tools import (
     Tool,
     ToolVersion,
 )
+from toolkiln.storage.moments import utc as _utc
 from toolkiln.storage.prepared import Prepared
+from toolkiln.storage.secrets_repo import SqlSecrets
 from toolkiln.storage.tables import (
     agent_tools,
     agents,
@@ -50,12 +51,6 @@ def _after(column: sa.Column[Any], seq: int) -> sa.ColumnElement[bool]:
     column's "integer out of range" with a 500)."""
     top = 2**63 - 1 if isinstance(column.type, sa.BigInteger) else 2**31 - 1
     return column > min(seq, top)
-
-
-def _utc(moment: datetime | None) -> datetime | None:
-    if moment is None:
-        return None
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
 class SqlWorkspaces:
@@ -589,3 +584,4 @@ class SqlUnitOfWork:
         self.outbox = SqlOutbox(conn)
         self.files = SqlFiles(conn)
         self.agents = SqlAgents(conn)
+        self.secrets = SqlSecrets(conn)

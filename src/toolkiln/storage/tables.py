@@ -181,3 +181,15 @@ service_secrets = sa.Table(
     sa.Column("name", sa.String(64), primary_key=True),
     sa.Column("value", sa.String(256), nullable=False),
 )
+
+workspace_secrets = sa.Table(
+    "workspace_secrets",
+    metadata,
+    sa.Column("workspace_id", sa.String(32), sa.ForeignKey("workspaces.id"), primary_key=True),
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("hosts", JSONType, nullable=False),
+    sa.Column("sealed", sa.Text, nullable=False),  # the value, sealed (storage/sealing.py)
+    sa.Column("created_at", Moment, nullable=False),
+    sa.Column("updated_at", Moment, nullable=False),
+    sa.Column("last_used_at", Moment),
+)

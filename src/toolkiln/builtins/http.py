@@ -1,0 +1,409 @@
+"""``http_request``: the one way tool code (and a model, where its policy allows) reaches the
+network. It runs here, in the service's process; the sandbox has no network.
+
+Each request (and each redirect hop, judged the same way) must name a host its caller may
+reach: the calling tool version's ``egress`` list, or for a model's own call the workspace
+policy's. ``{{secrets.NAME}}`` in the URL or a header value is replaced by the secret's value
+just before sending, and only toward one of that secret's hosts; otherwise nothing is sent
+(``secret_not_allowed``). The host is resolved once and that address connected to
+(builtins/reach.py). The answer is read up to a cap, within the call's deadline, and any
+secret value it echoes is masked. docs/egress.md.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import ssl
+import threading
+import time
+import zlib
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpcore
+import httpx
+
+from toolkiln.builtins import reach
+from toolkiln.domain.builtin import BuiltinCall, BuiltinFailure, BuiltinSpec
+from toolkiln.domain.egress import BadHost, allowed, normal_host, rules_of
+from toolkiln.domain.problems import scrub, scrub_all
+from toolkiln.domain.secrets import PLACEHOLDER, Secret, fill, names_in
+from toolkiln.outbound import lookup as net
+from toolkiln.services.ports import SecretSource
+
+DEFAULT_TIMEOUT_MS = 10_000
+MAX_TIMEOUT_MS = 30_000
+MAX_BODY_BYTES = 1_048_576  # a request's body
+MAX_ANSWER_BYTES = (
+    524_288  # an answer's body, decoded; past it the answer is cut (a ctx reply holds 1 MB)
+)
+MAX_REDIRECTS = 5
+MAX_AT_ONCE = 16  # requests under way in this process
+METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+_REDIRECTS = (301, 302, 303, 307, 308)
+_HEADER_VALUE = {"type": "string", "maxLength": 8192}
+
+SPEC = BuiltinSpec(
+    "http_request",
+    "Send one HTTP request to a host this tool may reach (its egress list). "
+    "{{secrets.NAME}} in the URL or a header value is replaced by a workspace secret, "
+    "only toward that secret's hosts. Returns {status, headers, body | json, truncated}.",
+    {
+        "type": "object",
+        "properties": {
+            "method": {"enum": METHODS},
+            "url": {"type": "string", "minLength": 1, "maxLength": 8192},
+            "headers": {
+                "type": "object",
+                "maxProperties": 64,
+                "additionalProperties": _HEADER_VALUE,
+            },
+            "body": {"type": "string", "maxLength": MAX_BODY_BYTES},
+            "json": {"description": "A JSON body (instead of body)."},
+            "timeout_ms": {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_MS},
+        },
+        "required": ["method", "url"],
+        "additionalProperties": False,
+    },
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    scheme: str
+    host: str  # as compared: lower case, an IPv6 address without brackets
+    port: int
+    path: str  # without the query: what the audit keeps
+
+
+def target_of(url: str) -> Target:
+    """Where ``url`` goes, or ``egress_denied``: http(s) only, no user-info, a host that is a
+    name or a canonical address (domain/egress.py). Placeholders in the host are refused."""
+    if any(ord(c) < 0x21 or ord(c) == 0x7F for c in url):
+        raise _denied("", "the URL has a control character or a space")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        raise _denied(parts.netloc[:80], "only http:// and https:// URLs")
+    if PLACEHOLDER.search(parts.netloc) or "{{" in parts.netloc:
+        raise BuiltinFailure(
+            "secret_not_allowed",
+            "A secret may not choose the host of a request.",
+            {"message": "a secret may not choose the host of a request"},
+        )
+    if "@" in parts.netloc:
+        raise _denied(parts.netloc[:80], "a URL with a user-info part (user@host)")
+    host_part = parts.netloc
+    port_text = ""
+    if host_part.startswith("["):
+        end = host_part.find("]")
+        host_part, port_text = host_part[: end + 1], host_part[end + 1 :].removeprefix(":")
+    elif ":" in host_part:
+        host_part, port_text = host_part.rsplit(":", 1)
+    try:
+        host = normal_host(host_part)
+    except BadHost as exc:
+        raise _denied(host_part[:80], f"the host {exc}") from None
+    if port_text and not (port_text.isdigit() and 0 < int(port_text) < 65536):
+        raise _denied(host, "the port is not 1 to 65535")
+    port = int(port_text) if port_text else (443 if parts.scheme == "https" else 80)
+    return Target(parts.scheme, host, port, parts.path or "/")
+
+
+def _denied(host: str, why: str) -> BuiltinFailure:
+    shown = scrub(host)
+    return BuiltinFailure(
+        "egress_denied",
+        f"This request may not reach {shown!r}: {why}.",
+        {"host": shown, "reason": why},
+    )
+
+
+class HttpRequest:
+    """The built-in. ``secrets`` reads a workspace's secrets; ``resolve`` and ``ssl_context``
+    are the seams a deployment (a private CA) or a test (a resolver) sets."""
+
+    spec = SPEC
+
+    def __init__(
+        self,
+        secrets: SecretSource,
+        *,
+        context: ssl.SSLContext | None = None,
+        resolve: reach.Resolve = net.resolve,
+        max_answer_bytes: int = MAX_ANSWER_BYTES,
+        at_once: int = MAX_AT_ONCE,
+    ) -> None:
+        self._secrets = secrets
+        self._context = context or reach.ssl_context()
+        self._resolve = resolve
+        self._max_answer = max_answer_bytes
+        self._slots = threading.BoundedSemaphore(at_once)
+
+    def call(self, payload: dict[str, Any], call: BuiltinCall) -> dict[str, Any]:
+        started = time.monotonic()
+        method = payload["method"]
+        first = target_of(payload["url"])
+        audit: dict[str, Any] = {
+            "method": method,
+            "host": first.host,
+            "path": scrub(first.path[:512]),
+            "status": None,
+            "bytes": 0,
+            "duration_ms": 0,
+        }
+        try:
+            answer = self._send(payload, first, call, audit)
+            audit["status"] = answer["status"]
+            return answer
+        except BuiltinFailure as failure:
+            audit["error"] = failure.code
+            raise
+        finally:
+            audit["duration_ms"] = round((time.monotonic() - started) * 1000, 3)
+            call.events.append(("http.requested", audit))
+
+    def _send(
+        self, payload: dict[str, Any], first: Target, call: BuiltinCall, audit: dict[str, Any]
+    ) -> dict[str, Any]:
+        rules = rules_of(call.egress)
+        headers = {str(k): str(v) for k, v in (payload.get("headers") or {}).items()}
+        named = names_in(payload["url"]) + [n for v in headers.values() for n in names_in(v)]
+        secrets = self._secrets_for(call.workspace_id, list(dict.fromkeys(named)), first)
+        until, callers = call.until(payload.get("timeout_ms", DEFAULT_TIMEOUT_MS) / 1000)
+        body = _body(payload)
+        backend = reach.GuardedBackend(until, call.policy.egress_private, self._resolve)
+        url, target, method = fill(payload["url"], secrets), first, payload["method"]
+        if not self._slots.acquire(timeout=max(0.0, until - time.monotonic())):
+            raise BuiltinFailure("busy", "Too many requests are under way; try again.")
+        try:
+            with reach.transport(backend, self._context) as transport:
+                for _ in range(MAX_REDIRECTS + 1):
+                    if not allowed(rules, target.host, target.port):
+                        raise _denied(target.host, _not_listed(target))
+                    sent = _headers_for(headers, secrets, target)
+                    request = httpx.Request(method, url, headers=sent, content=body)
+                    response = self._exchange(transport, request, target, callers, call)
+                    if response.status_code not in _REDIRECTS or "location" not in response.headers:
+                        return self._answer(response, secrets, audit, callers, call)
+                    response.close()
+                    url = str(request.url.join(response.headers["location"]))
+                    target = target_of(url)
+                    if response.status_code == 303 or (
+                        response.status_code in (301, 302) and method == "POST"
+                    ):
+                        method, body = ("GET" if method != "HEAD" else "HEAD"), None
+                raise BuiltinFailure(
+                    "request_failed",
+                    f"More than {MAX_REDIRECTS} redirects.",
+                    {"host": target.host, "reason": "redirects"},
+                )
+        finally:
+            self._slots.release()
+            if secrets:
+                self._secrets.used(call.workspace_id, sorted(secrets))
+
+    def _secrets_for(
+        self, workspace_id: str, names: list[str], target: Target
+    ) -> dict[str, Secret]:
+        if not names:
+            return {}
+        found = self._secrets.for_request(workspace_id, names)
+        for name in names:
+            secret = found.get(name)
+            if secret is None:
+                raise _not_allowed(name, target.host, "no secret of that name")
+            if not allowed(secret.hosts, target.host, target.port):
+                raise _not_allowed(name, target.host, "not one of the secret's hosts")
+        return found
+
+    @staticmethod
+    def _exchange(
+        transport: httpx.HTTPTransport,
+        request: httpx.Request,
+        target: Target,
+        callers: bool,
+        call: BuiltinCall,
+    ) -> httpx.Response:
+        try:
+            return transport.handle_request(request)
+        except reach.AddressRefused as exc:
+            raise _denied(target.host, f"it resolves to {exc.address}, {exc.why}") from None
+        except httpx.TimeoutException:
+            if callers:
+                raise call.out_of_time(f"requesting {target.host}") from None
+            raise _timeout(target) from None
+        except (httpx.HTTPError, httpcore.ProtocolError, OSError) as exc:
+            reason = "tls" if _caused_by(exc, ssl.SSLError) else "connect"
+            raise BuiltinFailure(
+                "request_failed",
+                f"The request to {target.host} failed ({type(exc).__name__}).",
+                {"host": target.host, "reason": reason},
+            ) from None
+
+    def _answer(
+        self,
+        response: httpx.Response,
+        secrets: dict[str, Secret],
+        audit: dict[str, Any],
+        callers: bool,
+        call: BuiltinCall,
+    ) -> dict[str, Any]:
+        try:
+            raw, truncated = _read(response, self._max_answer)
+        except httpx.TimeoutException:
+            if callers:
+                raise call.out_of_time("reading the answer") from None
+            raise _timeout(None) from None
+        except (httpx.HTTPError, httpcore.ProtocolError, OSError, zlib.error) as exc:
+            raise BuiltinFailure(
+                "request_failed",
+                f"Reading the answer failed ({type(exc).__name__}).",
+                {"reason": "read"},
+            ) from None
+        finally:
+            response.close()
+        audit["bytes"] = len(raw)
+        text = _mask(raw.decode("utf-8", errors="replace"), secrets)
+        out: dict[str, Any] = {
+            "status": response.status_code,
+            "headers": _shown_headers(response.headers, secrets),
+            "truncated": truncated,
+        }
+        content_type = response.headers.get("content-type", "")
+        parsed = _json(text) if "json" in content_type and not truncated else None
+        if parsed is not None:
+            out["json"] = _mask_all(parsed[0], secrets)
+        else:
+            out["body"] = scrub(text)
+        return out
+
+
+def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return False
+        if isinstance(seen, kind):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _not_listed(target: Target) -> str:
+    return f"{target.host}:{target.port} is not in the egress list this call is held to"
+
+
+def _not_allowed(name: str, host: str, why: str) -> BuiltinFailure:
+    return BuiltinFailure(
+        "secret_not_allowed",
+        f"The secret {name!r} may not be sent to {host!r}: {why}. Nothing was sent.",
+        {"name": name, "host": host, "reason": why},
+    )
+
+
+def _timeout(target: Target | None) -> BuiltinFailure:
+    where = f" to {target.host}" if target else ""
+    return BuiltinFailure("timeout", f"The request{where} took longer than its timeout_ms.")
+
+
+def _body(payload: dict[str, Any]) -> bytes | None:
+    if "json" in payload and "body" in payload:
+        raise BuiltinFailure("invalid_input", "Give body or json, not both.", {"field": "json"})
+    if "json" in payload:
+        return json.dumps(payload["json"], ensure_ascii=False).encode()
+    if "body" in payload:
+        data = payload["body"].encode("utf-8", errors="replace")
+        if len(data) > MAX_BODY_BYTES:
+            raise BuiltinFailure("invalid_input", f"body is over {MAX_BODY_BYTES} bytes")
+        return data
+    return None
+
+
+def _headers_for(headers: dict[str, str], secrets: dict[str, Secret], target: Target) -> Any:
+    """The headers sent to ``target``: a header holding a secret only where every secret in
+    it may go to that host (a redirect to another host leaves it out); control characters
+    refused; compression limited to what ``_read`` decodes within its cap."""
+    out: list[tuple[str, str]] = [("accept-encoding", "gzip, deflate")]
+    for name, value in headers.items():
+        if name.lower() in ("accept-encoding", "host", "content-length", "transfer-encoding"):
+            continue
+        if any((ord(c) < 0x20 and c != "\t") or ord(c) == 0x7F for c in name + value):
+            raise BuiltinFailure(
+                "invalid_input", f"The header {name[:64]!r} has a control character."
+            )
+        used = names_in(value)
+        if used and not all(allowed(secrets[n].hosts, target.host, target.port) for n in used):
+            continue
+        out.append((name, fill(value, secrets) if used else value))
+    return out
+
+
+def _read(response: httpx.Response, cap: int) -> tuple[bytes, bool]:
+    """The answer's body decoded (gzip, deflate), at most ``cap`` bytes of it: a small
+    compressed answer cannot grow past the cap in memory."""
+    encoding = response.headers.get("content-encoding", "").strip().lower()
+    decoder = None
+    if encoding in ("gzip", "x-gzip"):
+        decoder = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    elif encoding == "deflate":
+        decoder = zlib.decompressobj()
+    chunks: list[bytes] = []
+    size = 0
+    for chunk in response.stream:  # type: ignore[union-attr]
+        if decoder is not None:
+            chunk = decoder.decompress(chunk, cap + 1 - size)
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > cap:
+            return b"".join(chunks)[:cap], True
+    if decoder is not None:
+        chunks.append(decoder.flush(cap + 1 - size))
+        if size + len(chunks[-1]) > cap:
+            return b"".join(chunks)[:cap], True
+    return b"".join(chunks), False
+
+
+def _mask(text: str, secrets: dict[str, Secret]) -> str:
+    for secret in secrets.values():
+        text = text.replace(secret.value, "{{secrets." + secret.name + "}}")
+    return text
+
+
+def _mask_all(value: Any, secrets: dict[str, Secret]) -> Any:
+    """Parsed JSON with every string masked (an escape such as \\u0041 hid it in the text)."""
+    if isinstance(value, str):
+        return _mask(value, secrets)
+    if isinstance(value, dict):
+        return {_mask(k, secrets): _mask_all(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_mask_all(v, secrets) for v in value]
+    return value
+
+
+def _shown_headers(headers: httpx.Headers, secrets: dict[str, Secret]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name, value in list(headers.multi_items())[:100]:
+        key = scrub(name.lower()[:256])
+        shown = scrub(_mask(value[:8192], secrets))
+        out[key] = f"{out[key]}, {shown}" if key in out else shown
+    return out
+
+
+def _json(text: str) -> tuple[Any] | None:
+    """The answer as JSON when it is JSON a Result can carry (finite numbers), else None."""
+
+    def finite(raw: str) -> float:
+        value = float(raw)
+        if not math.isfinite(value):
+            raise ValueError(raw)
+        return value
+
+    def no_constants(raw: str) -> Any:
+        raise ValueError(raw)
+
+    try:
+        return (scrub_all(json.loads(text, parse_float=finite, parse_constant=no_constants)),)
+    except (ValueError, RecursionError):
+        return None
