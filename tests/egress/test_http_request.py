@@ -7,7 +7,7 @@ import ssl
 
 import trustme
 
-from tests.egress.conftest import Kit
+from tests.egress.kit import Kit
 from tests.egress.servers import Running, server
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from tests.egress.conftest import Kit
+from tests.egress.kit import Kit
 from tests.egress.servers import Running
 from toolkiln.domain.errors import ServiceUnavailable
 from toolkiln.storage.sealing import KeyRing, new_key, parse_key
@@ -68,9 +68,13 @@ def test_values_are_sealed_at_rest(kit: Kit) -> None:
     value = "sk-at-rest-5566778899"
     kit.secret("SEALED", value, ["a.com"])
     with kit.runtime.database.engine.connect() as conn:
-        row = conn.execute(
-            sa.select(workspace_secrets).where(workspace_secrets.c.workspace_id == kit.space.id)
-        ).mappings().one()
+        row = (
+            conn.execute(
+                sa.select(workspace_secrets).where(workspace_secrets.c.workspace_id == kit.space.id)
+            )
+            .mappings()
+            .one()
+        )
     assert value not in str(dict(row)) and row["sealed"].startswith("v1.")
 
 

@@ -10,7 +10,7 @@ import socket
 
 import pytest
 
-from tests.egress.conftest import Kit
+from tests.egress.kit import Kit
 from tests.egress.servers import Running
 
 
@@ -35,7 +35,10 @@ def test_the_value_shows_nowhere(
         # sent, and echoed back by the server (in headers and in the body)
         {"method": "GET", "url": https.url("/echo", "localhost"), "headers": auth},
         # in the URL's path and query
-        {"method": "GET", "url": https.url("/echo/{{secrets.TOKEN}}?k={{secrets.TOKEN}}", "localhost")},
+        {
+            "method": "GET",
+            "url": https.url("/echo/{{secrets.TOKEN}}?k={{secrets.TOKEN}}", "localhost"),
+        },
         # a redirect away: the header stays behind
         {
             "method": "GET",

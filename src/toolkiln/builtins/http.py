@@ -121,8 +121,9 @@ def _denied(host: str, why: str) -> BuiltinFailure:
 
 
 class HttpRequest:
-    """The built-in. ``secrets`` reads a workspace's secrets; ``resolve`` and ``ssl_context``
-    are the seams a deployment (a private CA) or a test (a resolver) sets."""
+    """The built-in. ``secrets`` reads a workspace's secrets; ``context`` (TLS trust: a
+    private CA), ``resolve`` (names to addresses) and ``network`` (what connects to a judged
+    address) are the seams a deployment or a test sets."""
 
     spec = SPEC
 
@@ -132,12 +133,14 @@ class HttpRequest:
         *,
         context: ssl.SSLContext | None = None,
         resolve: reach.Resolve = net.resolve,
+        network: httpcore.NetworkBackend | None = None,
         max_answer_bytes: int = MAX_ANSWER_BYTES,
         at_once: int = MAX_AT_ONCE,
     ) -> None:
         self._secrets = secrets
         self._context = context or reach.ssl_context()
         self._resolve = resolve
+        self._network = network
         self._max_answer = max_answer_bytes
         self._slots = threading.BoundedSemaphore(at_once)
 
@@ -173,7 +176,9 @@ class HttpRequest:
         secrets = self._secrets_for(call.workspace_id, list(dict.fromkeys(named)), first)
         until, callers = call.until(payload.get("timeout_ms", DEFAULT_TIMEOUT_MS) / 1000)
         body = _body(payload)
-        backend = reach.GuardedBackend(until, call.policy.egress_private, self._resolve)
+        backend = reach.GuardedBackend(
+            until, call.policy.egress_private, self._resolve, self._network
+        )
         url, target, method = fill(payload["url"], secrets), first, payload["method"]
         if not self._slots.acquire(timeout=max(0.0, until - time.monotonic())):
             raise BuiltinFailure("busy", "Too many requests are under way; try again.")

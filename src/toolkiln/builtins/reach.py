@@ -81,8 +81,14 @@ class DeadlineStream(httpcore.NetworkStream):
 class GuardedBackend(httpcore.NetworkBackend):
     """TCP connections to judged addresses, until a deadline (``time.monotonic()``)."""
 
-    def __init__(self, until: float, private_ok: bool, resolve: Resolve = net.resolve) -> None:
-        self._inner = httpcore.SyncBackend()
+    def __init__(
+        self,
+        until: float,
+        private_ok: bool,
+        resolve: Resolve = net.resolve,
+        inner: httpcore.NetworkBackend | None = None,
+    ) -> None:
+        self._inner = inner or httpcore.SyncBackend()
         self._until = until
         self._private_ok = private_ok
         self._resolve = resolve
