@@ -13,6 +13,13 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tests.conftest import own_service
+from tests.egress.kit import (  # noqa: F401  (the egress attack tests' fixtures)
+    ca,
+    egress_client,
+    egress_runtime,
+    http,
+    kit,
+)
 from toolkiln.app import Runtime
 
 SECRET = "tk_security-suite-secret-never-visible"

@@ -15,14 +15,7 @@ import httpcore
 import pytest
 import trustme
 
-from tests.egress.kit import (  # noqa: F401
-    Kit,
-    ca,
-    egress_client,
-    egress_runtime,
-    http,
-    kit,
-)
+from tests.egress.kit import Kit
 from tests.egress.servers import Running, server
 from toolkiln.builtins import reach
 from toolkiln.builtins.http import HttpRequest

@@ -7,16 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.egress.kit import (  # noqa: F401
-    Kit,
-    ca,
-    egress_client,
-    egress_runtime,
-    http,
-    kit,
-)
+from tests.egress.kit import Kit
 from tests.egress.servers import Running
-
 
 # The tool puts a NUL where the URL says <NUL>: a call's input holds none (it is refused at
 # the door), so it can only come from the tool's own code.
@@ -86,7 +78,7 @@ def test_userinfo_after_the_port_is_refused(kit: Kit, http: Running, allowed: st
 
 
 def test_schemes_other_than_http_are_refused(kit: Kit, http: Running, allowed: str) -> None:
-    for url in (f"file:///etc/passwd", f"ftp://localhost:{http.port}/", "gopher://localhost/"):
+    for url in ("file:///etc/passwd", f"ftp://localhost:{http.port}/", "gopher://localhost/"):
         got = kit.answer(allowed, {"method": "GET", "url": url})
         assert got["error"] == "egress_denied", url
     assert http.seen.connections == 0
