@@ -61,7 +61,14 @@ def test_lists_follow_enablement_and_status(client: TestClient, space: Space, rw
     a, b = agent(client, space, rw, "a"), agent(client, space, rw, "b")
     mine = tool(client, space, rw, name="mine")
     shared = tool(client, space, rw, name="shared", enable_globally=True)
-    builtins = ["calculate", "run_code", "send_email", "surface_file", "web_search"]
+    builtins = [
+        "calculate",
+        "http_request",
+        "run_code",
+        "send_email",
+        "surface_file",
+        "web_search",
+    ]
     # not enabled for the agent yet: only the built-ins and the global tool
     assert names(client, a, rw) == [*builtins, f"custom_{shared['id']}"]
     assert (

@@ -14,7 +14,14 @@ from tests.builtins.conftest import SMTP_USER, Service, SmtpServer, make_service
 def test_builtins_are_listed_with_schemas(outbox_service: Service) -> None:
     r = outbox_service.client.get("/v1/builtin-tools", headers=outbox_service.headers)
     names = [t["name"] for t in r.json()["data"]]
-    assert names == ["calculate", "run_code", "send_email", "surface_file", "web_search"]
+    assert names == [
+        "calculate",
+        "http_request",
+        "run_code",
+        "send_email",
+        "surface_file",
+        "web_search",
+    ]
     assert all(t["input_schema"]["type"] == "object" for t in r.json()["data"])
 
 

@@ -16,6 +16,7 @@ from jsonschema import Draft202012Validator
 from toolkiln.builtins.calculate import Calculate
 from toolkiln.builtins.email import SendEmail
 from toolkiln.builtins.files import SurfaceFile
+from toolkiln.builtins.http import SPEC as HTTP_SPEC
 from toolkiln.builtins.search import WebSearch
 from toolkiln.domain.builtin import RUN_CODE_SPEC
 from toolkiln.domain.codemode import RUN_PROGRAM_SPEC
@@ -72,10 +73,11 @@ ANTHROPIC = {
 # MCP, server tools (https://modelcontextprotocol.io/specification/2025-11-25/server/tools):
 # `inputSchema` is a JSON Schema object (`"type": "object"`); tool names SHOULD be 1-128
 # characters of A-Z, a-z, 0-9, `_`, `-` and `.`. MCP clients hand the schema on to model
-# providers, so the providers' top-level rule applies too.
+# providers, so the providers' top-level rule applies too. `annotations` holds the tool's
+# hints; `openWorldHint` says whether it may reach the network.
 MCP = {
     "name": r"^[A-Za-z0-9_.-]{1,128}$",
-    "entry_keys": {"name", "description", "inputSchema"},
+    "entry_keys": {"name", "description", "inputSchema", "annotations"},
     "schema_key": "inputSchema",
     "root_type": "object",
     "root_forbidden": COMBINATORS,
@@ -87,6 +89,7 @@ BUILTINS = [
     SendEmail.spec,
     WebSearch.spec,
     SurfaceFile.spec,
+    HTTP_SPEC,
     RUN_CODE_SPEC,
     RUN_PROGRAM_SPEC,
 ]
@@ -196,6 +199,9 @@ def check_entry(fmt: str, entry: dict[str, Any]) -> dict[str, Any]:
     assert not set(schema) & rules["root_forbidden"], (spec["name"], set(schema))
     assert "$schema" not in schema
     Draft202012Validator.check_schema(schema)
+    if fmt == "mcp":
+        assert set(spec["annotations"]) == {"openWorldHint"}
+        assert isinstance(spec["annotations"]["openWorldHint"], bool)
     return schema
 
 
@@ -267,7 +273,12 @@ def test_strict_true_only_where_openais_strict_rules_hold() -> None:
         "strict_without_format_uri",
     } <= strict_labels
     assert not {label for label in strict_labels if label.startswith("not_strict")}
-    assert {s.name for s in BUILTINS} == {n for n in strict if not n.startswith("custom_")}
+    # http_request's headers (a map of any names) and json body (any value) have no form in
+    # OpenAI's strict mode: it is offered with strict: false.
+    open_ended = {"http_request"}
+    assert {s.name for s in BUILTINS} - open_ended == {
+        n for n in strict if not n.startswith("custom_")
+    }
 
 
 def test_an_adapted_schema_accepts_everything_the_stored_one_does() -> None:

@@ -89,7 +89,10 @@ def program_def(defs: list[ToolDef], language: str) -> ToolDef:
     and the description that declares ``defs``."""
     schema = json.loads(json.dumps(RUN_PROGRAM_SPEC.input_schema))
     schema["properties"]["language"]["default"] = language
-    return ToolDef(RUN_PROGRAM_SPEC.name, describe(defs, language), schema, "program")
+    reaches = any(d.open_world for d in defs)
+    return ToolDef(
+        RUN_PROGRAM_SPEC.name, describe(defs, language), schema, "program", open_world=reaches
+    )
 
 
 # -- Python

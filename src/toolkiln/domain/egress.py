@@ -177,3 +177,15 @@ def _carried(address: Address) -> Address:
         if address in _NAT64:
             return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
     return address
+
+
+# Built-ins that reach past the service whatever the policy says (an SMTP server, a search
+# provider), and those that reach what the policy's egress list allows (a model's own
+# http_request, and the http_request of code it runs).
+ALWAYS_OUTSIDE = frozenset({"send_email", "web_search"})
+THROUGH_EGRESS = frozenset({"http_request", "run_code"})
+
+
+def builtin_open_world(name: str, policy_egress: list[str]) -> bool:
+    """Whether a model calling built-in ``name`` may reach the network (openWorldHint)."""
+    return name in ALWAYS_OUTSIDE or (name in THROUGH_EGRESS and bool(policy_egress))

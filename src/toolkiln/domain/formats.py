@@ -73,6 +73,7 @@ class ToolDef:
     version: int | None = None
     pinned: int | None = None  # the version the agent is pinned to, if any
     tool_name: str | None = None  # a custom tool's own name (code mode calls it by name)
+    open_world: bool = False  # may reach the network (MCP's openWorldHint; domain/egress.py)
 
 
 class NotStrict(ValueError):
@@ -248,5 +249,12 @@ def render(defs: list[ToolDef], fmt: str, strict: bool = False) -> list[dict[str
         elif fmt == "anthropic":
             out.append({"name": d.name, "description": description, "input_schema": schema})
         else:
-            out.append({"name": d.name, "description": description, "inputSchema": schema})
+            out.append(
+                {
+                    "name": d.name,
+                    "description": description,
+                    "inputSchema": schema,
+                    "annotations": {"openWorldHint": d.open_world},
+                }
+            )
     return out

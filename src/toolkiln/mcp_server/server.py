@@ -193,7 +193,12 @@ def make_server(services: Services, resolve: Resolve, listeners: Listeners) -> S
         return types.ListToolsResult(
             tools=[
                 types.Tool(
-                    name=e["name"], description=e["description"], input_schema=e["inputSchema"]
+                    name=e["name"],
+                    description=e["description"],
+                    input_schema=e["inputSchema"],
+                    annotations=types.ToolAnnotations(
+                        open_world_hint=e["annotations"]["openWorldHint"]
+                    ),
                 )
                 for e in entries
             ]

@@ -12,6 +12,7 @@ from toolkiln.domain.codemode import (
     program_allowed,
     program_def,
 )
+from toolkiln.domain.egress import builtin_open_world
 from toolkiln.domain.errors import InvalidRequest, NotFound
 from toolkiln.domain.formats import CUSTOM_PREFIX, FORMATS, ToolDef, render
 from toolkiln.domain.ids import new_id, utcnow
@@ -140,7 +141,8 @@ class AgentService:
         principal.require(scope)
         with self._uow(readonly=True) as tx:
             agent = self._visible(tx, principal, agent_id)
-            allowed = set(tx.workspaces.policy(agent.workspace_id).builtins)
+            policy = tx.workspaces.policy(agent.workspace_id)
+            allowed = set(policy.builtins)
             enabled = tx.agents.enabled(agent.id)
             tools = tx.tools.offered(agent.workspace_id, list(enabled))
             pinned = {
@@ -149,7 +151,13 @@ class AgentService:
                 if (v := enabled.get(t.id)) is not None
             }
         defs = [
-            ToolDef(s.name, s.description, s.input_schema, "builtin")
+            ToolDef(
+                s.name,
+                s.description,
+                s.input_schema,
+                "builtin",
+                open_world=builtin_open_world(s.name, policy.egress),
+            )
             for s in self._router.specs()
             if s.name in allowed
         ]
@@ -170,6 +178,7 @@ class AgentService:
                     version.version if version else tool.version,
                     version.version if version else None,
                     tool.name,
+                    open_world=bool(d.egress),
                 )
             )
         return agent, defs
