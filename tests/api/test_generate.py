@@ -649,3 +649,32 @@ def test_secrets_reach_neither_the_model_nor_the_audit_nor_the_log(
     audit = client.get(f"/v1/audit?workspace_id={space.id}", headers=rw).text
     assert LLM_KEY not in audit and bearer not in audit
     assert LLM_KEY not in caplog.text and bearer not in caplog.text
+
+
+def test_a_proposed_egress_is_in_the_draft_and_its_examples_reach_no_host(
+    client: TestClient, space: Space, rw, model_server: ScriptedModel
+) -> None:
+    from tests.egress.servers import server
+
+    with server() as api:
+        code = (
+            "def main(*, ctx, **p):\n"
+            f"    got = ctx.tools.http_request({{'method': 'GET', 'url': '{api.url('/json')}'}})\n"
+            "    return {'message': 'asked', 'rawData': {'error': got.get('error')}}\n"
+        )
+        proposal = cagr(
+            code=code,
+            parameters={},
+            egress=[f"127.0.0.1:{api.port}"],
+            examples=[{"input": {}, "expected": {"raw_data": {"error": "dry_run"}}}],
+        )
+        client.patch(
+            f"/v1/workspaces/{space.id}/policy",
+            json={"egress_private": True},
+            headers=space.auth("admin"),
+        )
+        model_server.script(propose(proposal))
+        r = generate(client, space, rw)
+        assert r.status_code == 200, r.text
+        assert r.json()["data"]["egress"] == [f"127.0.0.1:{api.port}"]
+        assert api.seen.connections == 0

@@ -107,6 +107,7 @@ def check(out: dict, live: Live) -> None:
     assert f"custom_{live.ok_tool}" in out["names"] and "calculate" in out["names"]
     greet = next(t for t in out["tools"] if t.name == f"custom_{live.ok_tool}")
     assert greet.input_schema["required"] == ["who"]
+    assert greet.annotations is not None and greet.annotations.open_world_hint is False
     ok = out["ok"]
     assert ok.is_error is False and ok.content[0].text == "hello mcp"
     assert ok.structured_content == {"n": 1}

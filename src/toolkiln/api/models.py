@@ -479,6 +479,7 @@ class Draft(BaseModel):
     input_schema: dict[str, Any]
     code: str
     execution_message_description: str | None
+    egress: list[str] = Field(description="Hosts the model proposes the code may reach.")
     examples: list[Example]
     test_cases: list[dict[str, Any]]
     attempts: int

@@ -67,6 +67,7 @@ SPEC = BuiltinSpec(
         "required": ["method", "url"],
         "additionalProperties": False,
     },
+    effects=True,  # a generation's example runs send nothing (dry_run)
 )
 
 

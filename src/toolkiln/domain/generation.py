@@ -80,6 +80,14 @@ def propose_tool_function(language: str) -> dict[str, Any]:
                         "type": "string",
                         "description": "a short status line shown while the tool runs",
                     },
+                    "egress": {
+                        "type": "array",
+                        "items": {"type": "string"},
+                        "description": (
+                            "hosts the code's http_request may reach, e.g. api.example.com, "
+                            "*.example.org, api.example.com:8443; leave out if it reaches none"
+                        ),
+                    },
                     "examples": {
                         "type": "array",
                         "minItems": 1,
@@ -142,7 +150,9 @@ The tool is written in {language}. Its code defines exactly one entrypoint:
 Return contract: {runtime["return_contract"]}
 ctx (the second argument of handle, or of main where allowed) offers: {", ".join(runtime["ctx"])}.
 The code may import {stdlib} and only these packages: {packages}.
-The sandbox has no network, no files and no subprocesses; the tool is pure computation.
+The sandbox has no network, no files and no subprocesses: the only way out is the built-in
+http_request, to the hosts listed in egress (a key is written {{{{secrets.NAME}}}} in a header,
+never in code).
 The shape of a tool (not your task):
 {SHAPES.get(language, "")}
 Built-in tools the code may call through ctx.tools.<name>(input):
@@ -197,6 +207,10 @@ def parse_proposal(
     if parameters is not None and not isinstance(parameters, dict):
         problems.append(problem("parameters", "must be an object of parameter specs"))
         parameters = None
+    egress = raw.get("egress", [])
+    if not isinstance(egress, list):
+        problems.append(problem("egress", "must be a list of hosts"))
+        egress = []
     examples = _examples(raw.get("examples"), problems)
     if problems:
         return None, problems
@@ -207,6 +221,7 @@ def parse_proposal(
         description=description,
         parameters=parameters if parameters is not None else {},
         execution_message_description=status_line,
+        egress=list(egress),
     )
     return Proposal(draft, parameters, examples), []
 

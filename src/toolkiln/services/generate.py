@@ -327,6 +327,7 @@ def _draft(
         "input_schema": schema,
         "code": definition.code,
         "execution_message_description": d.execution_message_description,
+        "egress": list(definition.egress),
         "examples": [
             {**_shown(example), "result": result.as_dict()}
             for example, result in zip(proposal.examples, results, strict=True)
@@ -391,4 +392,5 @@ def tool_draft_of(draft: dict[str, Any]) -> ToolDraft:
         input_schema=draft["input_schema"],
         execution_message_description=draft["execution_message_description"],
         test_cases=list(draft["test_cases"]),
+        egress=list(draft.get("egress", [])),
     )
