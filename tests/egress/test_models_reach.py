@@ -65,3 +65,37 @@ def test_tool_lists_say_which_tools_may_reach_the_network(kit: Kit) -> None:
     assert seen["http_request"] is False  # the policy lists no host
     kit.policy(egress=["api.example.com"])
     assert hints()["http_request"] is True
+
+
+PROGRAMS = {
+    "python": (
+        "def handle(input, ctx):\n"
+        "    return {'message': 'ok', 'rawData': ctx.tools.http_request("
+        "{'method': 'GET', 'url': '%s'})}\n"
+    ),
+    "javascript": (
+        "export async function handle(input, ctx) {\n"
+        "  return { message: 'ok', rawData: await ctx.tools.http_request("
+        "{ method: 'GET', url: '%s' }) };\n"
+        "}\n"
+    ),
+}
+
+
+def test_a_code_mode_program_is_held_to_the_policy(kit: Kit, http: Running, language: str) -> None:
+    agent = _agent(kit)
+    code = PROGRAMS[language] % http.url("/json")
+
+    def program() -> dict:
+        r = kit.client.post(
+            f"/v1/agents/{agent}/tool-calls",
+            json={"name": "run_program", "arguments": {"language": language, "code": code}},
+            headers=kit.rw,
+        )
+        assert r.status_code == 200, r.text
+        return dict(r.json()["data"])
+
+    assert program()["raw_data"]["error"] == "egress_denied"
+    kit.policy(egress=[f"127.0.0.1:{http.port}"], egress_private=True)
+    assert program()["raw_data"]["json"] == {"ok": True}
+    assert len(http.seen.requests) == 1
