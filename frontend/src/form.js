@@ -1,6 +1,6 @@
 // The tool form: Name, Description, Language, Code (the editor), Parameters (JSON Schema),
-// execution message, timeout, enable globally, where agents are offered it (allowed_callers);
-// and the body it sends to the API. The bounds it states (name length, timeout, ...) are the
+// execution message, timeout, enable globally, where agents are offered it (allowed_callers),
+// the hosts its code may reach (egress); and the body it sends to the API. The bounds it states (name length, timeout, ...) are the
 // service's own (limits.js); a bound the service did not give is not stated.
 
 import { field, h } from "./dom.js";
@@ -70,6 +70,13 @@ export function toolForm(initial, { onChange, limits } = {}) {
   const callers = t.allowed_callers || ["direct", "code"];
   const direct = h("input", { type: "checkbox", checked: callers.includes("direct") });
   const inCode = h("input", { type: "checkbox", checked: callers.includes("code") });
+  // Hosts http_request may reach from this tool's code, one a line (docs/egress.md).
+  const egress = h("textarea", {
+    rows: 3,
+    class: "mono",
+    spellcheck: "false",
+    text: (t.egress || []).join("\n"),
+  });
   const cases = h("textarea", {
     rows: 4,
     class: "mono",
@@ -102,7 +109,7 @@ export function toolForm(initial, { onChange, limits } = {}) {
       editor.value = pristineCode;
     }
   });
-  for (const el of [name, description, lang, parameters, message, timeout, global, direct, inCode, cases]) {
+  for (const el of [name, description, lang, parameters, message, timeout, global, direct, inCode, egress, cases]) {
     el.addEventListener(el.tagName === "SELECT" || el.type === "checkbox" ? "change" : "input", () => onChange?.());
   }
   const globalField = h(
@@ -135,6 +142,10 @@ export function toolForm(initial, { onChange, limits } = {}) {
     field("Timeout (ms)", timeout, { name: "timeout_ms", hint: timeoutNote }),
     globalField,
     callersField,
+    field("Egress hosts", egress, {
+      name: "egress",
+      hint: "hosts its code may reach through http_request, one a line: api.example.com, *.example.org, api.example.com:8443; empty: none",
+    }),
     field("Test cases", cases, {
       name: "test_cases",
       hint: `JSON list of {name, input, expect}${upTo(limits?.testCases, "")}; a new version runs them before it is stored`,
@@ -144,7 +155,7 @@ export function toolForm(initial, { onChange, limits } = {}) {
   return {
     element,
     editor,
-    controls: { name, description, lang, parameters, message, timeout, global, direct, inCode, cases },
+    controls: { name, description, lang, parameters, message, timeout, global, direct, inCode, egress, cases },
     // The create body (without workspace_id); LocalProblem when Parameters is not JSON.
     body() {
       let inputSchema;
@@ -165,6 +176,10 @@ export function toolForm(initial, { onChange, limits } = {}) {
         execution_message_description: message.value,
         enable_globally: global.checked,
         allowed_callers: [direct.checked && "direct", inCode.checked && "code"].filter(Boolean),
+        egress: egress.value
+          .split("\n")
+          .map((line) => line.trim())
+          .filter(Boolean),
       };
       try {
         out.test_cases = JSON.parse(cases.value || "[]");
@@ -195,6 +210,7 @@ export function toolForm(initial, { onChange, limits } = {}) {
       if (draft.input_schema) parameters.value = JSON.stringify(draft.input_schema, null, 2);
       if (draft.execution_message_description !== undefined) message.value = draft.execution_message_description || "";
       if (Array.isArray(draft.test_cases)) cases.value = JSON.stringify(draft.test_cases, null, 2);
+      if (Array.isArray(draft.egress)) egress.value = draft.egress.join("\n");
       if (Array.isArray(draft.allowed_callers)) {
         direct.checked = draft.allowed_callers.includes("direct");
         inCode.checked = draft.allowed_callers.includes("code");

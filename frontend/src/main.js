@@ -5,6 +5,7 @@ import { agentsPage } from "./agents.js";
 import { ApiError, api, session } from "./api.js";
 import { clear, field, h } from "./dom.js";
 import { listPage } from "./list.js";
+import { secretsPage } from "./secrets.js";
 import { toolPage } from "./tool.js";
 
 const WS_KEY = "toolkiln.workspace";
@@ -102,6 +103,7 @@ function drawNav() {
     nav,
     h("a", { href: "#/", text: "Tools" }),
     h("a", { href: "#/agents", text: "Agents" }),
+    h("a", { href: "#/secrets", text: "Secrets" }),
     ctx.workspaces.length > 1
       ? h("label", { class: "inline" }, "Workspace ", picker)
       : h("span", { class: "ws", text: ctx.workspaces[0].name }),
@@ -131,6 +133,7 @@ function route() {
     stop = toolPage(main, ctx, { language: parts[1] === "javascript" ? "javascript" : "python" });
   else if (parts[0] === "generate") stop = toolPage(main, ctx, { generate: true });
   else if (parts[0] === "agents") stop = agentsPage(main, ctx);
+  else if (parts[0] === "secrets") stop = secretsPage(main, ctx);
   else stop = listPage(main, ctx);
   main.focus({ preventScroll: true });
 }

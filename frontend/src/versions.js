@@ -1,5 +1,5 @@
 // A saved tool's versions: the list, and a line diff between any two (From version, To
-// version, Show diff) over language, timeout, description, schema and code.
+// version, Show diff) over language, timeout, description, egress, schema and code.
 
 import { diffLines } from "diff";
 
@@ -12,6 +12,7 @@ function versionText(v) {
     `language: ${v.language}`,
     `timeout_ms: ${v.timeout_ms}`,
     `description: ${v.description || ""}`,
+    `egress: ${(v.egress || []).join(", ") || "(none)"}`,
     "input_schema:",
     pretty(v.input_schema),
     "code:",
