@@ -45,6 +45,7 @@ def allowed(kit: Kit, http: Running) -> str:
         "localhost\r\nX-Injected: 1",
         "user:pass@localhost",
         "localhost@127.0.0.1",
+        "localhost\\@127.0.0.1",  # httpx reads a backslash as the end of the authority
         "127.0.0.1",
         "2130706433",
         "0177.0.0.1",

@@ -18,18 +18,16 @@ import ssl
 import threading
 import time
 import zlib
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpcore
 import httpx
 
 from toolkiln.builtins import reach
 from toolkiln.domain.builtin import BuiltinCall, BuiltinFailure, BuiltinSpec
-from toolkiln.domain.egress import BadHost, allowed, normal_host, rules_of
+from toolkiln.domain.egress import Target, allowed, denied, normal_host, rules_of, target_of
 from toolkiln.domain.problems import scrub, scrub_all
-from toolkiln.domain.secrets import PLACEHOLDER, Secret, fill, names_in
+from toolkiln.domain.secrets import Secret, fill, names_in
 from toolkiln.outbound import lookup as net
 from toolkiln.services.ports import SecretSource
 
@@ -71,56 +69,6 @@ SPEC = BuiltinSpec(
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Target:
-    scheme: str
-    host: str  # as compared: lower case, an IPv6 address without brackets
-    port: int
-    path: str  # without the query: what the audit keeps
-
-
-def target_of(url: str) -> Target:
-    """Where ``url`` goes, or ``egress_denied``: http(s) only, no user-info, a host that is a
-    name or a canonical address (domain/egress.py). Placeholders in the host are refused."""
-    if any(ord(c) < 0x21 or ord(c) == 0x7F for c in url):
-        raise _denied("", "the URL has a control character or a space")
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https"):
-        raise _denied(parts.netloc[:80], "only http:// and https:// URLs")
-    if PLACEHOLDER.search(parts.netloc) or "{{" in parts.netloc:
-        raise BuiltinFailure(
-            "secret_not_allowed",
-            "A secret may not choose the host of a request.",
-            {"message": "a secret may not choose the host of a request"},
-        )
-    if "@" in parts.netloc:
-        raise _denied(parts.netloc[:80], "a URL with a user-info part (user@host)")
-    host_part = parts.netloc
-    port_text = ""
-    if host_part.startswith("["):
-        end = host_part.find("]")
-        host_part, port_text = host_part[: end + 1], host_part[end + 1 :].removeprefix(":")
-    elif ":" in host_part:
-        host_part, port_text = host_part.rsplit(":", 1)
-    try:
-        host = normal_host(host_part)
-    except BadHost as exc:
-        raise _denied(host_part[:80], f"the host {exc}") from None
-    if port_text and not (port_text.isdigit() and 0 < int(port_text) < 65536):
-        raise _denied(host, "the port is not 1 to 65535")
-    port = int(port_text) if port_text else (443 if parts.scheme == "https" else 80)
-    return Target(parts.scheme, host, port, parts.path or "/")
-
-
-def _denied(host: str, why: str) -> BuiltinFailure:
-    shown = scrub(host)
-    return BuiltinFailure(
-        "egress_denied",
-        f"This request may not reach {shown!r}: {why}.",
-        {"host": shown, "reason": why},
-    )
-
-
 class HttpRequest:
     """The built-in. ``secrets`` reads a workspace's secrets; ``context`` (TLS trust: a
     private CA), ``resolve`` (names to addresses) and ``network`` (what connects to a judged
@@ -147,22 +95,24 @@ class HttpRequest:
 
     def call(self, payload: dict[str, Any], call: BuiltinCall) -> dict[str, Any]:
         started = time.monotonic()
-        method = payload["method"]
-        first = target_of(payload["url"])
         audit: dict[str, Any] = {
-            "method": method,
-            "host": first.host,
-            "path": scrub(first.path[:512]),
+            "method": payload["method"],
+            "host": None,
+            "path": None,
             "status": None,
             "bytes": 0,
             "duration_ms": 0,
         }
         try:
+            first = target_of(payload["url"])
+            audit.update(host=first.host, path=scrub(first.path[:512]))
             answer = self._send(payload, first, call, audit)
             audit["status"] = answer["status"]
             return answer
         except BuiltinFailure as failure:
             audit["error"] = failure.code
+            if audit["host"] is None and isinstance(failure.details, dict):
+                audit["host"] = failure.details.get("host")
             raise
         finally:
             audit["duration_ms"] = round((time.monotonic() - started) * 1000, 3)
@@ -187,9 +137,9 @@ class HttpRequest:
             with reach.transport(backend, self._context) as transport:
                 for _ in range(MAX_REDIRECTS + 1):
                     if not allowed(rules, target.host, target.port):
-                        raise _denied(target.host, _not_listed(target))
+                        raise denied(target.host, _not_listed(target))
                     sent = _headers_for(headers, secrets, target)
-                    request = httpx.Request(method, url, headers=sent, content=body)
+                    request = _request(method, url, sent, body, target)
                     response = self._exchange(transport, request, target, callers, call)
                     if response.status_code not in _REDIRECTS or "location" not in response.headers:
                         return self._answer(response, secrets, audit, callers, call)
@@ -235,7 +185,7 @@ class HttpRequest:
         try:
             return transport.handle_request(request)
         except reach.AddressRefused as exc:
-            raise _denied(target.host, f"it resolves to {exc.address}, {exc.why}") from None
+            raise denied(target.host, f"it resolves to {exc.address}, {exc.why}") from None
         except httpx.TimeoutException:
             if callers:
                 raise call.out_of_time(f"requesting {target.host}") from None
@@ -257,7 +207,7 @@ class HttpRequest:
         call: BuiltinCall,
     ) -> dict[str, Any]:
         try:
-            raw, truncated = _read(response, self._max_answer)
+            raw, truncated = reach.read_capped(response, self._max_answer)
         except httpx.TimeoutException:
             if callers:
                 raise call.out_of_time("reading the answer") from None
@@ -284,6 +234,25 @@ class HttpRequest:
         else:
             out["body"] = scrub(text)
         return out
+
+
+def _request(method: str, url: str, headers: Any, body: bytes | None, target: Target) -> Any:
+    """The request httpx will send, refused unless httpx reads the same scheme, host and port
+    from the URL as ``target_of`` did (two parsers that disagree are how checks are passed)."""
+    try:
+        request = httpx.Request(method, url, headers=headers, content=body)
+        raw = request.url.raw_host.decode("ascii")
+        host = normal_host(f"[{raw}]" if ":" in raw else raw)
+    except (httpx.InvalidURL, UnicodeError, ValueError):
+        raise denied(target.host, "the URL cannot be sent as written") from None
+    default = 443 if request.url.scheme == "https" else 80
+    if (request.url.scheme, host, request.url.port or default) != (
+        target.scheme,
+        target.host,
+        target.port,
+    ):
+        raise denied(target.host, "the URL reads as another host")
+    return request
 
 
 def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
@@ -344,31 +313,6 @@ def _headers_for(headers: dict[str, str], secrets: dict[str, Secret], target: Ta
             continue
         out.append((name, fill(value, secrets) if used else value))
     return out
-
-
-def _read(response: httpx.Response, cap: int) -> tuple[bytes, bool]:
-    """The answer's body decoded (gzip, deflate), at most ``cap`` bytes of it: a small
-    compressed answer cannot grow past the cap in memory."""
-    encoding = response.headers.get("content-encoding", "").strip().lower()
-    decoder = None
-    if encoding in ("gzip", "x-gzip"):
-        decoder = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    elif encoding == "deflate":
-        decoder = zlib.decompressobj()
-    chunks: list[bytes] = []
-    size = 0
-    for chunk in response.stream:  # type: ignore[union-attr]
-        if decoder is not None:
-            chunk = decoder.decompress(chunk, cap + 1 - size)
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > cap:
-            return b"".join(chunks)[:cap], True
-    if decoder is not None:
-        chunks.append(decoder.flush(cap + 1 - size))
-        if size + len(chunks[-1]) > cap:
-            return b"".join(chunks)[:cap], True
-    return b"".join(chunks), False
 
 
 def _mask(text: str, secrets: dict[str, Secret]) -> str:

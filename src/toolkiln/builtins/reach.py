@@ -17,6 +17,7 @@ from __future__ import annotations
 import ipaddress
 import ssl
 import time
+import zlib
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -155,3 +156,28 @@ def ssl_context(extra_ca_file: str | None = None) -> ssl.SSLContext:
     if extra_ca_file:
         context.load_verify_locations(cafile=extra_ca_file)
     return context
+
+
+def read_capped(response: httpx.Response, cap: int) -> tuple[bytes, bool]:
+    """The answer's body decoded (gzip, deflate), at most ``cap`` bytes of it: a small
+    compressed answer cannot grow past the cap in memory."""
+    encoding = response.headers.get("content-encoding", "").strip().lower()
+    decoder = None
+    if encoding in ("gzip", "x-gzip"):
+        decoder = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    elif encoding == "deflate":
+        decoder = zlib.decompressobj()
+    chunks: list[bytes] = []
+    size = 0
+    for chunk in response.stream:  # type: ignore[union-attr]
+        if decoder is not None:
+            chunk = decoder.decompress(chunk, cap + 1 - size)
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > cap:
+            return b"".join(chunks)[:cap], True
+    if decoder is not None:
+        chunks.append(decoder.flush(cap + 1 - size))
+        if size + len(chunks[-1]) > cap:
+            return b"".join(chunks)[:cap], True
+    return b"".join(chunks), False

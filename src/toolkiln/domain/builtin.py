@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from toolkiln.domain.records import Policy
 from toolkiln.domain.results import error
+
+if TYPE_CHECKING:  # domain/records.py reads domain/egress.py, which raises BuiltinFailure
+    from toolkiln.domain.records import Policy
 
 # Time a built-in called from code leaves its caller: the tool must still read the reply and
 # return before its own deadline, or the host stops it as a ``timeout`` of the tool's.

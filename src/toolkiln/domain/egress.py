@@ -17,8 +17,10 @@ import ipaddress
 import re
 import socket
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
-from toolkiln.domain.problems import Problem, problem
+from toolkiln.domain.builtin import BuiltinFailure
+from toolkiln.domain.problems import Problem, problem, scrub
 
 MAX_RULES = 100
 MAX_RULE_CHARS = 262
@@ -189,3 +191,45 @@ THROUGH_EGRESS = frozenset({"http_request", "run_code"})
 def builtin_open_world(name: str, policy_egress: list[str]) -> bool:
     """Whether a model calling built-in ``name`` may reach the network (openWorldHint)."""
     return name in ALWAYS_OUTSIDE or (name in THROUGH_EGRESS and bool(policy_egress))
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    scheme: str
+    host: str  # as compared: lower case, an IPv6 address without brackets
+    port: int
+    path: str  # without the query: what the audit keeps
+
+
+def target_of(url: str) -> Target:
+    """Where ``url`` goes, or ``egress_denied``: http(s) only, no user-info, a host that is a
+    name or a canonical address, a port in range. A placeholder in the host is refused."""
+    if any(ord(c) < 0x21 or ord(c) == 0x7F for c in url):
+        raise denied("", "the URL has a control character or a space")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        raise denied(parts.netloc[:80], "only http:// and https:// URLs")
+    if "{{" in parts.netloc:
+        raise BuiltinFailure(
+            "secret_not_allowed",
+            "A secret may not choose the host of a request.",
+            {"message": "a secret may not choose the host of a request"},
+        )
+    if "@" in parts.netloc:
+        raise denied(parts.netloc[:80], "a URL with a user-info part (user@host)")
+    try:
+        host_part, port = _split_port(parts.netloc)
+        host = normal_host(host_part)
+    except BadHost as exc:
+        raise denied(parts.netloc[:80], f"the host {exc}") from None
+    port = port or (443 if parts.scheme == "https" else 80)
+    return Target(parts.scheme, host, port, parts.path or "/")
+
+
+def denied(host: str, why: str) -> BuiltinFailure:
+    shown = scrub(host)
+    return BuiltinFailure(
+        "egress_denied",
+        f"This request may not reach {shown!r}: {why}.",
+        {"host": shown, "reason": why},
+    )
