@@ -17,7 +17,6 @@ import trustme
 
 from tests.egress.kit import Kit
 from tests.egress.servers import Running, server
-from toolkiln.builtins import reach
 from toolkiln.builtins.http import HttpRequest
 from toolkiln.domain.builtin import BuiltinCall, BuiltinFailure
 from toolkiln.domain.records import Policy
@@ -162,10 +161,13 @@ def test_a_redirect_off_the_list_is_refused(kit: Kit, http: Running) -> None:
     assert len(http.seen.requests) == 1  # the redirecting hop only
 
 
-def test_a_pool_belongs_to_one_call() -> None:
-    """No connection outlives its call: a connection allowed under one workspace's policy
-    can never serve another's request."""
-    backend = reach.GuardedBackend(time.monotonic() + 1, True)
-    made = reach.transport(backend, reach.ssl_context())
-    pool = made._pool
-    assert pool._max_keepalive_connections == 0 and pool._max_connections == 1
+def test_no_connection_serves_a_second_request(http: Running) -> None:
+    """No connection outlives its request: one allowed under one workspace's policy can
+    never serve another's (the server keeps connections alive; each request opens its own)."""
+    tool, _ = _tool(Resolver(api_test="127.0.0.1"))
+    call = _call([f"api.test:{http.port}"], True)
+    for _ in range(2):
+        assert _request(tool, http.url("/json", "api.test"), call)["status"] == 200
+    hop = http.url("/redirect?to=/json&code=307", "api.test")
+    assert _request(tool, hop, call)["json"] == {"ok": True}
+    assert http.seen.connections == 4

@@ -6,8 +6,8 @@ reach: the calling tool version's ``egress`` list, or for a model's own call the
 policy's. ``{{secrets.NAME}}`` in the URL or a header value is replaced by the secret's value
 just before sending, and only toward one of that secret's hosts; otherwise nothing is sent
 (``secret_not_allowed``). The host is resolved once and that address connected to
-(builtins/reach.py). The answer is read up to a cap, within the call's deadline, and any
-secret value it echoes is masked. docs/egress.md.
+(builtins/reach.py). The answer is read by the outbound client (outbound/http.py) up to a
+cap, within the call's deadline, and any secret value it echoes is masked. docs/egress.md.
 """
 
 from __future__ import annotations
@@ -17,18 +17,19 @@ import math
 import ssl
 import threading
 import time
-import zlib
 from typing import Any
 
 import httpcore
 import httpx
 
+from toolkiln import logs
 from toolkiln.builtins import reach
 from toolkiln.domain.builtin import BuiltinCall, BuiltinFailure, BuiltinSpec
 from toolkiln.domain.egress import Target, allowed, denied, normal_host, rules_of, target_of
 from toolkiln.domain.problems import scrub, scrub_all
 from toolkiln.domain.secrets import Secret, fill, names_in
-from toolkiln.outbound import lookup as net
+from toolkiln.outbound import lookup
+from toolkiln.outbound.http import Compressed, cap_of, capped_transport, within
 from toolkiln.services.ports import SecretSource
 
 DEFAULT_TIMEOUT_MS = 10_000
@@ -81,7 +82,7 @@ class HttpRequest:
         secrets: SecretSource,
         *,
         context: ssl.SSLContext | None = None,
-        resolve: reach.Resolve = net.resolve,
+        resolve: reach.Resolve = lookup.resolve,
         network: httpcore.NetworkBackend | None = None,
         max_answer_bytes: int = MAX_ANSWER_BYTES,
         at_once: int = MAX_AT_ONCE,
@@ -130,11 +131,18 @@ class HttpRequest:
         backend = reach.GuardedBackend(
             until, call.policy.egress_private, self._resolve, self._network
         )
+        transport = capped_transport(
+            max_bytes=self._max_answer,
+            total_s=max(0.001, until - time.monotonic()),
+            truncate=True,
+            backend=backend,
+            ssl_context=self._context,
+        )
         url, target, method = fill(payload["url"], secrets), first, payload["method"]
         if not self._slots.acquire(timeout=max(0.0, until - time.monotonic())):
             raise BuiltinFailure("busy", "Too many requests are under way; try again.")
         try:
-            with reach.transport(backend, self._context) as transport:
+            with transport, within(until):
                 for _ in range(MAX_REDIRECTS + 1):
                     if not allowed(rules, target.host, target.port):
                         raise denied(target.host, _not_listed(target))
@@ -166,6 +174,7 @@ class HttpRequest:
         if not names:
             return {}
         found = self._secrets.for_request(workspace_id, names)
+        logs.protect(*(s.value for s in found.values()))  # and no log line holds one
         for name in names:
             secret = found.get(name)
             if secret is None:
@@ -176,7 +185,7 @@ class HttpRequest:
 
     @staticmethod
     def _exchange(
-        transport: httpx.HTTPTransport,
+        transport: httpx.BaseTransport,
         request: httpx.Request,
         target: Target,
         callers: bool,
@@ -186,6 +195,12 @@ class HttpRequest:
             return transport.handle_request(request)
         except reach.AddressRefused as exc:
             raise denied(target.host, f"it resolves to {exc.address}, {exc.why}") from None
+        except Compressed:
+            raise BuiltinFailure(
+                "request_failed",
+                f"{target.host} sent a compressed answer although identity was asked for.",
+                {"host": target.host, "reason": "compressed"},
+            ) from None
         except httpx.TimeoutException:
             if callers:
                 raise call.out_of_time(f"requesting {target.host}") from None
@@ -207,12 +222,14 @@ class HttpRequest:
         call: BuiltinCall,
     ) -> dict[str, Any]:
         try:
-            raw, truncated = reach.read_capped(response, self._max_answer)
+            raw = b"".join(response.iter_raw())
+            state = cap_of(response)
+            truncated = bool(state and state.truncated)
         except httpx.TimeoutException:
             if callers:
                 raise call.out_of_time("reading the answer") from None
             raise _timeout(None) from None
-        except (httpx.HTTPError, httpcore.ProtocolError, OSError, zlib.error) as exc:
+        except (httpx.HTTPError, httpcore.ProtocolError, OSError) as exc:
             raise BuiltinFailure(
                 "request_failed",
                 f"Reading the answer failed ({type(exc).__name__}).",
@@ -299,8 +316,9 @@ def _body(payload: dict[str, Any]) -> bytes | None:
 def _headers_for(headers: dict[str, str], secrets: dict[str, Secret], target: Target) -> Any:
     """The headers sent to ``target``: a header holding a secret only where every secret in
     it may go to that host (a redirect to another host leaves it out); control characters
-    refused; compression limited to what ``_read`` decodes within its cap."""
-    out: list[tuple[str, str]] = [("accept-encoding", "gzip, deflate")]
+    refused. ``Accept-Encoding`` is the outbound client's (identity: the cap bounds what is
+    read)."""
+    out: list[tuple[str, str]] = []
     for name, value in headers.items():
         if name.lower() in ("accept-encoding", "host", "content-length", "transfer-encoding"):
             continue

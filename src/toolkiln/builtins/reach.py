@@ -1,5 +1,5 @@
 """Connections out of the service for ``http_request``: each host resolved once, every address
-it resolves to judged, the connection made to that address, every operation within a deadline.
+it resolves to judged, the connection made to that address.
 
 httpcore asks its network backend for a TCP connection to the URL's host name and then starts
 TLS on it with that same name (SNI, and the certificate checked against it), and httpx sends
@@ -8,8 +8,10 @@ judged, so what was checked is what is reached: a name that resolves to a public
 the check and to ``127.0.0.1`` a moment later (DNS rebinding) is never looked up twice.
 tests/security/test_egress_addresses.py.
 
-A pool made with this backend belongs to one ``http_request`` call: a connection allowed under
-one workspace's policy is never handed to another's request.
+The byte cap and the deadline of every read and write are the outbound client's
+(``outbound/http.py``: ``capped_transport`` over this backend, its streams ``deadline_bound``);
+its pool holds one connection and keeps none, so a connection allowed under one workspace's
+policy is never handed to another's request.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from __future__ import annotations
 import ipaddress
 import ssl
 import time
-import zlib
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -25,9 +26,10 @@ import httpcore
 import httpx
 
 from toolkiln.domain.egress import address_refusal
-from toolkiln.outbound import lookup as net
+from toolkiln.outbound import lookup
+from toolkiln.outbound.http import deadline_bound
 
-Resolve = Callable[[str, int, float], list[net.Address]]  # (host, port, until) -> addresses
+Resolve = Callable[[str, int, float], list[lookup.Address]]  # (host, port, until) -> addresses
 
 
 class AddressRefused(Exception):
@@ -40,60 +42,27 @@ class AddressRefused(Exception):
         self.why = why
 
 
-def _left(until: float, timeout: float | None, exc: type[httpcore.TimeoutException]) -> float:
-    left = until - time.monotonic()
-    if left <= 0:
-        raise exc("the request's time ran out")
-    return left if timeout is None else min(timeout, left)
-
-
-class DeadlineStream(httpcore.NetworkStream):
-    """A connection whose every operation waits at most until ``until`` (httpcore bounds each
-    read, not the whole answer: a server that trickles a byte at a time cannot stretch it)."""
-
-    def __init__(self, inner: httpcore.NetworkStream, until: float) -> None:
-        self._inner = inner
-        self._until = until
-
-    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._inner.read(max_bytes, _left(self._until, timeout, httpcore.ReadTimeout))
-
-    def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self._inner.write(buffer, _left(self._until, timeout, httpcore.WriteTimeout))
-
-    def close(self) -> None:
-        self._inner.close()
-
-    def start_tls(
-        self,
-        ssl_context: ssl.SSLContext,
-        server_hostname: str | None = None,
-        timeout: float | None = None,
-    ) -> httpcore.NetworkStream:
-        left = _left(self._until, timeout, httpcore.ConnectTimeout)
-        return DeadlineStream(
-            self._inner.start_tls(ssl_context, server_hostname, left), self._until
-        )
-
-    def get_extra_info(self, info: str) -> Any:
-        return self._inner.get_extra_info(info)
-
-
 class GuardedBackend(httpcore.NetworkBackend):
-    """TCP connections to judged addresses, until a deadline (``time.monotonic()``)."""
+    """TCP connections to judged addresses, the lookup and the connect by ``until``
+    (``time.monotonic()``). ``inner`` makes the connections (a test's stays on loopback)."""
 
     def __init__(
         self,
         until: float,
         private_ok: bool,
-        resolve: Resolve = net.resolve,
+        resolve: Resolve = lookup.resolve,
         inner: httpcore.NetworkBackend | None = None,
     ) -> None:
         self._inner = inner or httpcore.SyncBackend()
         self._until = until
         self._private_ok = private_ok
         self._resolve = resolve
-        self.connected: list[str] = []  # the addresses connected to, in order
+
+    def _left(self, timeout: float | None) -> float:
+        left = self._until - time.monotonic()
+        if left <= 0:
+            raise httpcore.ConnectTimeout("the request's time ran out")
+        return left if timeout is None else min(timeout, left)
 
     def connect_tcp(
         self,
@@ -103,10 +72,10 @@ class GuardedBackend(httpcore.NetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.NetworkStream:
-        _left(self._until, timeout, httpcore.ConnectTimeout)
+        self._left(timeout)
         try:
             found = self._resolve(host, port, self._until)
-        except net.LookupTimeout as exc:
+        except lookup.LookupTimeout as exc:
             raise httpcore.ConnectTimeout(str(exc)) from None
         except OSError:
             raise httpcore.ConnectError(f"{host} does not resolve") from None
@@ -117,14 +86,14 @@ class GuardedBackend(httpcore.NetworkBackend):
                 raise AddressRefused(host, address, why)
         failure: httpcore.ConnectError | None = None
         for address in addresses:
-            left = _left(self._until, timeout, httpcore.ConnectTimeout)
             try:
-                stream = self._inner.connect_tcp(address, port, left, None, socket_options)
+                stream = self._inner.connect_tcp(
+                    address, port, self._left(timeout), None, socket_options
+                )
             except httpcore.ConnectError as exc:
                 failure = exc
                 continue
-            self.connected.append(address)
-            return DeadlineStream(stream, self._until)
+            return deadline_bound(stream)
         raise failure if failure is not None else httpcore.ConnectError(f"{host} has no address")
 
     def connect_unix_socket(
@@ -136,48 +105,9 @@ class GuardedBackend(httpcore.NetworkBackend):
         self._inner.sleep(seconds)
 
 
-def transport(backend: GuardedBackend, ssl_context: ssl.SSLContext) -> httpx.HTTPTransport:
-    """An httpx transport over ``backend``: one connection at a time, none kept after the
-    call. httpx's transport takes no network backend, so its pool is made again with one
-    (httpx is pinned; tests/egress/test_http_request.py fails if this stops holding)."""
-    made = httpx.HTTPTransport(verify=ssl_context, retries=0)
-    made._pool = httpcore.ConnectionPool(
-        ssl_context=ssl_context,
-        max_connections=1,
-        max_keepalive_connections=0,
-        network_backend=backend,
-    )
-    return made
-
-
 def ssl_context(extra_ca_file: str | None = None) -> ssl.SSLContext:
     """Verified TLS (httpx's trust store), with the CAs of ``extra_ca_file`` trusted too."""
     context = httpx.create_ssl_context()
     if extra_ca_file:
         context.load_verify_locations(cafile=extra_ca_file)
     return context
-
-
-def read_capped(response: httpx.Response, cap: int) -> tuple[bytes, bool]:
-    """The answer's body decoded (gzip, deflate), at most ``cap`` bytes of it: a small
-    compressed answer cannot grow past the cap in memory."""
-    encoding = response.headers.get("content-encoding", "").strip().lower()
-    decoder = None
-    if encoding in ("gzip", "x-gzip"):
-        decoder = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    elif encoding == "deflate":
-        decoder = zlib.decompressobj()
-    chunks: list[bytes] = []
-    size = 0
-    for chunk in response.stream:  # type: ignore[union-attr]
-        if decoder is not None:
-            chunk = decoder.decompress(chunk, cap + 1 - size)
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > cap:
-            return b"".join(chunks)[:cap], True
-    if decoder is not None:
-        chunks.append(decoder.flush(cap + 1 - size))
-        if size + len(chunks[-1]) > cap:
-            return b"".join(chunks)[:cap], True
-    return b"".join(chunks), False

@@ -74,10 +74,40 @@ def within(until: float) -> Iterator[None]:
 
 
 def capped_client(*, max_bytes: int, total_s: float, truncate: bool = False) -> httpx.Client:
-    transport = _Capped(_until_transport(), max_bytes, total_s, truncate)
+    transport = capped_transport(max_bytes=max_bytes, total_s=total_s, truncate=truncate)
     return httpx.Client(
         transport=transport, timeout=total_s, follow_redirects=False, trust_env=False
     )
+
+
+def capped_transport(
+    *,
+    max_bytes: int,
+    total_s: float,
+    truncate: bool = False,
+    backend: httpcore.NetworkBackend | None = None,
+    ssl_context: ssl.SSLContext | None = None,
+) -> httpx.BaseTransport:
+    """The capped client's transport, for a caller that sends requests itself. ``backend``:
+    what makes its connections (wrap each stream in ``deadline_bound``), in a pool of one
+    connection that keeps none (``http_request``'s: builtins/reach.py); by default the
+    shared pool over ``_UntilBackend``."""
+    if backend is None:
+        return _Capped(_until_transport(), max_bytes, total_s, truncate)
+    context = ssl_context or httpx.create_ssl_context()
+    inner = httpx.HTTPTransport(verify=context, retries=0)
+    inner._pool = httpcore.ConnectionPool(
+        ssl_context=context,
+        max_connections=1,
+        max_keepalive_connections=0,
+        network_backend=backend,
+    )
+    return _Capped(inner, max_bytes, total_s, truncate)
+
+
+def deadline_bound(stream: httpcore.NetworkStream) -> httpcore.NetworkStream:
+    """``stream`` with every operation held to the running request's deadline."""
+    return _UntilStream(stream)
 
 
 class _Capped(httpx.BaseTransport):
