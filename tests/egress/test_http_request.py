@@ -29,6 +29,7 @@ def test_https_with_a_secret_toward_its_host(kit: Kit, https: Running, language:
     assert sent["headers"]["authorization"] == f"Bearer {value}"
     assert sent["headers"]["host"] == f"localhost:{https.port}"
     assert sent["body"] == '{"hello": "world"}'
+    assert sent["headers"]["content-type"] == "application/json"
     assert got["status"] == 200 and got["truncated"] is False
     # the echo carries the value back: the answer shows the placeholder instead
     assert got["json"]["headers"]["authorization"] == "Bearer {{secrets.API_KEY}}"

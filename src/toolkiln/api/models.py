@@ -8,7 +8,7 @@ from fastapi import Query
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from toolkiln.domain import limits, text
-from toolkiln.domain.egress import MAX_RULES
+from toolkiln.domain.egress import ENTRY_PATTERN, MAX_RULE_CHARS, MAX_RULES
 from toolkiln.domain.records import BUILTIN_NAMES
 from toolkiln.domain.secrets import MAX_VALUE_CHARS as MAX_SECRET_CHARS
 from toolkiln.domain.testcases import DEFAULT_CALLERS, MAX_CASE_NAME_CHARS, MAX_TEST_CASES
@@ -33,6 +33,9 @@ def checked(**rules: Any) -> dict[str, Any]:
 
 
 LABEL = checked(minLength=1, maxLength=limits.MAX_LABEL_CHARS, pattern=text.LABEL_PATTERN)
+# An entry of an egress list or of a secret's hosts, stated as the domain checks it.
+HOST_ENTRY = checked(minLength=1, maxLength=MAX_RULE_CHARS, pattern=ENTRY_PATTERN)
+HostEntry = Annotated[str, Field(**HOST_ENTRY)]
 
 
 def client_id() -> Any:
@@ -102,7 +105,7 @@ class PolicyPatch(Body):
     email_allowlist: list[Annotated[str, Field(**EMAIL_ENTRY)]] = Field(ABSENT, max_length=1000)
     builtins: list[Literal[BUILTIN_NAMES]] = Field(ABSENT)  # type: ignore[valid-type]
     max_timeout_ms: JsonInt = Field(ABSENT, **TIMEOUT)
-    egress: list[str] = Field(
+    egress: list[HostEntry] = Field(
         ABSENT,
         max_length=MAX_RULES,
         description="Hosts a model's own http_request calls may reach (docs/egress.md).",
@@ -114,14 +117,16 @@ class PolicyPatch(Body):
 
 
 SECRET_NAME = checked(minLength=1, maxLength=64, pattern="^[A-Za-z_][A-Za-z0-9_]*$")
-SECRET_VALUE = checked(minLength=1, maxLength=MAX_SECRET_CHARS)
+SECRET_VALUE = checked(
+    minLength=1, maxLength=MAX_SECRET_CHARS, pattern="^[^\\u0000-\\u001f\\u007f]*$"
+)
 SECRET_HOSTS = checked(minItems=1, maxItems=MAX_RULES)
 
 
 class SecretIn(Body):
     name: str = Field(**SECRET_NAME)
     value: str = Field(**SECRET_VALUE, description="Written once, never shown again.")
-    hosts: list[str] = Field(
+    hosts: list[HostEntry] = Field(
         **SECRET_HOSTS,
         description="The hosts the value may be sent to, written as in an egress list.",
     )
@@ -133,7 +138,7 @@ class SecretPatch(Body):
     model_config = ConfigDict(json_schema_extra=_absent_not_null)
 
     value: str = Field(ABSENT, **SECRET_VALUE)
-    hosts: list[str] = Field(ABSENT, **SECRET_HOSTS)
+    hosts: list[HostEntry] = Field(ABSENT, **SECRET_HOSTS)
 
 
 class SecretOut(BaseModel):
@@ -203,7 +208,7 @@ class ToolFields(Body):
     timeout_ms: JsonInt = Field(limits.DEFAULT_TIMEOUT_MS, **TIMEOUT)
     test_cases: list[TestCaseIn] = _cases()
     allowed_callers: list[Caller] = _callers()
-    egress: list[str] = _egress()
+    egress: list[HostEntry] = _egress()
     allow_failing_tests: bool = _allow_failing()
 
 
@@ -233,7 +238,7 @@ class ToolPatch(Body):
     # Not nullable: left out they stay as they are; a null is refused.
     test_cases: list[TestCaseIn] = _cases()
     allowed_callers: list[Caller] = _callers()
-    egress: list[str] = _egress()
+    egress: list[HostEntry] = _egress()
     allow_failing_tests: bool = _allow_failing()
     base_version: JsonInt = Field(
         ABSENT,

@@ -123,7 +123,11 @@ class HttpRequest:
         self, payload: dict[str, Any], first: Target, call: BuiltinCall, audit: dict[str, Any]
     ) -> dict[str, Any]:
         rules = rules_of(call.egress)
+        if not allowed(rules, first.host, first.port):  # before any secret is opened
+            raise denied(first.host, _not_listed(first))
         headers = {str(k): str(v) for k, v in (payload.get("headers") or {}).items()}
+        if "json" in payload and not any(k.lower() == "content-type" for k in headers):
+            headers["Content-Type"] = "application/json"
         named = names_in(payload["url"]) + [n for v in headers.values() for n in names_in(v)]
         secrets = self._secrets_for(call.workspace_id, list(dict.fromkeys(named)), first)
         until, callers = call.until(payload.get("timeout_ms", DEFAULT_TIMEOUT_MS) / 1000)

@@ -23,9 +23,34 @@ from toolkiln.domain.builtin import BuiltinFailure
 from toolkiln.domain.problems import Problem, problem, scrub
 
 MAX_RULES = 100
-MAX_RULE_CHARS = 262
+MAX_RULE_CHARS = 253
 DEFAULT_PORTS = (80, 443)
 _LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
+
+# An entry of an egress list, as the API document states it and the domain checks it: a name
+# (its last label starting with a letter, so no resolver reads it as an address), optionally
+# "*." before it; a canonical IPv4 address; an IPv6 address in brackets; an optional port
+# 1-65535 without leading zeros. tests/egress/test_tool_egress.py.
+_NAME = (
+    r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*"
+    r"[A-Za-z](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?"
+)
+_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_V4 = rf"{_OCTET}(?:\.{_OCTET}){{3}}"
+_H = r"[0-9A-Fa-f]{1,4}"
+_V6 = (
+    rf"(?:(?:{_H}:){{7}}{_H}|(?:{_H}:){{1,7}}:|(?:{_H}:){{1,6}}:{_H}"
+    rf"|(?:{_H}:){{1,5}}(?::{_H}){{1,2}}|(?:{_H}:){{1,4}}(?::{_H}){{1,3}}"
+    rf"|(?:{_H}:){{1,3}}(?::{_H}){{1,4}}|(?:{_H}:){{1,2}}(?::{_H}){{1,5}}"
+    rf"|{_H}:(?::{_H}){{1,6}}|:(?:(?::{_H}){{1,7}}|:)"
+    rf"|::(?:[Ff]{{4}}(?::0{{1,4}})?:)?{_V4}|(?:{_H}:){{1,4}}:{_V4})"
+)
+_PORT = (
+    r"(?::(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}"
+    r"|[1-9][0-9]{0,3}))?"
+)
+ENTRY_PATTERN = rf"^(?:(?:\*\.)?{_NAME}|{_V4}|\[{_V6}\]){_PORT}$"
+_ENTRY = re.compile(ENTRY_PATTERN)
 # Addresses no request reaches, whatever the policy: the cloud metadata services.
 METADATA = frozenset(
     ipaddress.ip_address(a) for a in ("169.254.169.254", "fd00:ec2::254", "100.100.100.200")
@@ -93,6 +118,11 @@ def parse_rule(raw: str) -> Rule:
     """One rule, or ``BadHost`` saying what is wrong with it."""
     if not isinstance(raw, str) or not raw or len(raw) > MAX_RULE_CHARS:
         raise BadHost(f"must be 1 to {MAX_RULE_CHARS} characters")
+    if not _ENTRY.fullmatch(raw):
+        raise BadHost(
+            "is not a host name (its last label starting with a letter), *.domain, an IPv4 "
+            "address a.b.c.d or an [IPv6] address, with an optional :port 1-65535"
+        )
     host, port = _split_port(raw)
     if host.startswith("*."):
         rest = normal_host(host[2:])
