@@ -26,9 +26,9 @@ from toolkiln.domain.schema import use_searcher
 from toolkiln.mcp_server.http import McpHttp
 from toolkiln.sandbox import patterns
 from toolkiln.sandbox.checks import CheckerPool
-from toolkiln.sandbox.js_runner import JavaScriptSandbox
 from toolkiln.sandbox.packages import JsPackageStore, PackageStore
-from toolkiln.sandbox.runner import Limits, PythonSandbox
+from toolkiln.sandbox.runner import Limits
+from toolkiln.sandbox.sandboxes import javascript_sandbox, python_sandbox
 from toolkiln.services.access import AccessService
 from toolkiln.services.agents import AgentService
 from toolkiln.services.analysis import CachedAnalyser
@@ -124,13 +124,13 @@ def build(settings: Settings, *, migrate: bool = True, sandbox: bool = True) -> 
         log.info("migrated the database to revision %s", revision)
     sandboxes: dict[str, Any] = {}
     if sandbox:
-        sandboxes["python"] = PythonSandbox(
+        sandboxes["python"] = python_sandbox(
             PackageStore(settings.packages_dir),
             limits=Limits(memory_mb=settings.sandbox_memory_mb),
             warm=settings.sandbox_warm,
             strict=not settings.sandbox_insecure,
         )
-        sandboxes["javascript"] = JavaScriptSandbox(
+        sandboxes["javascript"] = javascript_sandbox(
             JsPackageStore(settings.data_dir.resolve() / "packages" / "javascript"),
             limits=Limits(memory_mb=settings.sandbox_memory_mb),
             warm=settings.sandbox_js_workers,

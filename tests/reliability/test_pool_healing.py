@@ -9,15 +9,16 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from toolkiln.domain.execution import RunOutcome, RunRequest
-from toolkiln.sandbox.js_runner import JavaScriptSandbox
+from toolkiln.sandbox.jail.config import JailConfig
 from toolkiln.sandbox.packages import JsPackageStore, PackageStore
 from toolkiln.sandbox.pool import SandboxUnavailable
-from toolkiln.sandbox.runner import PythonSandbox
+from toolkiln.sandbox.python_runtime import PythonRuntime
+from toolkiln.sandbox.runner import Sandbox
+from toolkiln.sandbox.sandboxes import javascript_sandbox, python_sandbox
 
 PY_OK = "def handle(i, c):\n    return 'fine'"
 JS_OK = "function handle(i, c) { return 'fine'; }"
@@ -55,14 +56,14 @@ def until(check: Callable[[], bool], what: str, seconds: float = 20.0) -> None:
         time.sleep(0.01)
 
 
-def run(sb: PythonSandbox, code: str, link: Link | None = None, timeout_ms: int = 5000):
+def run(sb: Sandbox, code: str, link: Link | None = None, timeout_ms: int = 5000):
     return sb.run(RunRequest(sb.language, code, "handle", {}, timeout_ms), link or Link())
 
 
-def pids_of_uid_range(sb: PythonSandbox) -> dict[int, int]:
+def pids_of_uid_range(sb: Sandbox) -> dict[int, int]:
     """pid -> uid of every process running as one of this sandbox's uids."""
-    low = sb.config["uid_base"]
-    high = low + sb.config["uid_count"]
+    low = sb.uids.first
+    high = low + sb.uids.count
     found = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -75,7 +76,7 @@ def pids_of_uid_range(sb: PythonSandbox) -> dict[int, int]:
     return found
 
 
-def template_pid1(sb: PythonSandbox) -> int:
+def template_pid1(sb: Sandbox) -> int:
     """The global pid of the template's PID 1 (the outer process only waits for it)."""
     outer = sb.template._gen.proc.pid  # type: ignore[union-attr]
     children = Path(f"/proc/{outer}/task/{outer}/children").read_text().split()
@@ -83,27 +84,27 @@ def template_pid1(sb: PythonSandbox) -> int:
 
 
 @pytest.fixture(scope="module")
-def python(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PythonSandbox]:
-    sb = PythonSandbox(PackageStore(tmp_path_factory.mktemp("pkgs")), warm=3, name="heal-py")
+def python(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
+    sb = python_sandbox(PackageStore(tmp_path_factory.mktemp("pkgs")), warm=3, name="heal-py")
     yield sb
     sb.close()
 
 
 @pytest.fixture(scope="module")
-def javascript(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JavaScriptSandbox]:
+def javascript(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
     store = JsPackageStore(tmp_path_factory.mktemp("jspkgs"))
-    sb = JavaScriptSandbox(store, warm=2, name="heal-js")
+    sb = javascript_sandbox(store, warm=2, name="heal-js")
     yield sb
     sb.close()
 
 
-def kill_template(sb: PythonSandbox, which: str) -> None:
+def kill_template(sb: Sandbox, which: str) -> None:
     pid = sb.template._gen.proc.pid if which == "outer" else template_pid1(sb)  # type: ignore[union-attr]
     os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.parametrize("which", ["outer", "pid1"])
-def test_a_killed_python_template_is_restarted(python: PythonSandbox, which: str) -> None:
+def test_a_killed_python_template_is_restarted(python: Sandbox, which: str) -> None:
     assert run(python, PY_OK).kind == "return"
     before = python.template.health()["template_restarts"]
     kill_template(python, which)
@@ -116,7 +117,7 @@ def test_a_killed_python_template_is_restarted(python: PythonSandbox, which: str
     until(lambda: python.template.health()["warm"] >= 2, "a warm pool again")
 
 
-def test_the_python_template_for_async_code_heals_on_its_own(python: PythonSandbox) -> None:
+def test_the_python_template_for_async_code_heals_on_its_own(python: Sandbox) -> None:
     """A Python sandbox has two templates (runner.needs_asyncio): killing the one for code
     that says ``async`` shows in the sandbox's one pool health until it is restarted; async
     code waits for it, other code never notices."""
@@ -134,7 +135,7 @@ def test_the_python_template_for_async_code_heals_on_its_own(python: PythonSandb
     assert python.template.health()["template_restarts"] == lean_before
 
 
-def test_killed_warm_children_are_never_handed_out(python: PythonSandbox) -> None:
+def test_killed_warm_children_are_never_handed_out(python: Sandbox) -> None:
     assert run(python, PY_OK).kind == "return"
     until(lambda: python.template.health()["warm"] >= 3, "three warm children")
     discarded = python.template.health()["dead_children_discarded"]
@@ -144,7 +145,7 @@ def test_killed_warm_children_are_never_handed_out(python: PythonSandbox) -> Non
     assert python.template.health()["dead_children_discarded"] >= discarded + killed
 
 
-def kill_all(sb: PythonSandbox) -> int:
+def kill_all(sb: Sandbox) -> int:
     """SIGKILL every idle process of the pool from outside, and wait until they are dead."""
     with sb.template._cond:
         idle = list(sb.template._ready)
@@ -154,7 +155,7 @@ def kill_all(sb: PythonSandbox) -> int:
     return len(idle)
 
 
-def kill_when_reported(sb: PythonSandbox, sig: int) -> Link:
+def kill_when_reported(sb: Sandbox, sig: int) -> Link:
     """A link that, when the tool reports its uid, kills that process from outside."""
 
     def kill(uid: object) -> None:
@@ -178,23 +179,21 @@ BURN_REPORT_AND_WAIT = (
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
 @pytest.mark.parametrize("code", [PY_REPORT_AND_WAIT, BURN_REPORT_AND_WAIT], ids=["idle", "busy"])
-def test_a_python_call_killed_from_outside_is_infra(
-    python: PythonSandbox, sig: int, code: str
-) -> None:
+def test_a_python_call_killed_from_outside_is_infra(python: Sandbox, sig: int, code: str) -> None:
     out = run(python, code, kill_when_reported(python, sig), timeout_ms=15000)
     assert out.kind == "infra", (out.kind, out.message)
     assert signal.Signals(sig).name in out.message
     assert run(python, PY_OK).kind == "return"
 
 
-def test_a_call_in_flight_when_the_template_dies_is_infra(python: PythonSandbox) -> None:
+def test_a_call_in_flight_when_the_template_dies_is_infra(python: Sandbox) -> None:
     link = Link(lambda uid: kill_template(python, "pid1"))
     out = run(python, PY_REPORT_AND_WAIT, link)
     assert out.kind == "infra", (out.kind, out.message)
     assert run(python, PY_OK).kind == "return"
 
 
-def test_a_killed_javascript_template_is_restarted(javascript: JavaScriptSandbox) -> None:
+def test_a_killed_javascript_template_is_restarted(javascript: Sandbox) -> None:
     assert run(javascript, JS_OK).kind == "return"
     before = javascript.template.health()["template_restarts"]
     kill_template(javascript, "pid1")
@@ -205,7 +204,7 @@ def test_a_killed_javascript_template_is_restarted(javascript: JavaScriptSandbox
 
 
 def test_killed_idle_javascript_workers_are_never_handed_out(
-    javascript: JavaScriptSandbox,
+    javascript: Sandbox,
 ) -> None:
     assert run(javascript, JS_OK).kind == "return"
     until(lambda: javascript.template.health()["warm"] >= 2, "two idle workers")
@@ -214,7 +213,7 @@ def test_killed_idle_javascript_workers_are_never_handed_out(
     assert [o.kind for o in outcomes] == ["return"] * 3, [(o.kind, o.message) for o in outcomes]
 
 
-def test_a_javascript_call_killed_from_outside_is_infra(javascript: JavaScriptSandbox) -> None:
+def test_a_javascript_call_killed_from_outside_is_infra(javascript: Sandbox) -> None:
     code = "async function handle(i, c) {\n  await c.audit('started');\n  while (true) {}\n}"
     box: dict[str, RunOutcome] = {}
     started = threading.Event()
@@ -252,18 +251,16 @@ def _slots_held() -> set[str]:
     return held
 
 
-class _BrokenAsync(PythonSandbox):
-    """A sandbox whose second template (for code that says async) cannot start."""
+class _BrokenAsync(PythonRuntime):
+    """Python whose second template (for code that says async) cannot start."""
 
     slots: list[int] = []  # the uid slot each one claimed
 
-    def _template_configs(
-        self, config: dict[str, Any]
-    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
-        self.slots.append(self.uids.slot)
-        lean, with_asyncio = super()._template_configs(config)
-        assert with_asyncio is not None
-        return lean, {**with_asyncio, "packages_dir": "/nonexistent/toolkiln-gone"}
+    def configs(self, base: JailConfig) -> list[JailConfig]:
+        assert self.sandbox is not None
+        self.slots.append(self.sandbox.uids.slot)
+        lean, with_asyncio = super().configs(base)
+        return [lean, with_asyncio.replace(packages_dir="/nonexistent/toolkiln-gone")]
 
 
 def test_a_sandbox_whose_second_template_fails_to_start_leaves_nothing(tmp_path: Path) -> None:
@@ -272,7 +269,7 @@ def test_a_sandbox_whose_second_template_fails_to_start_leaves_nothing(tmp_path:
     slot) is gone with it."""
     before = _slots_held()
     with pytest.raises(SandboxUnavailable):
-        _BrokenAsync(PackageStore(tmp_path / "pkgs"), warm=2, name="heal-half")
+        Sandbox(_BrokenAsync(), PackageStore(tmp_path / "pkgs"), warm=2, name="heal-half")
     # Its own slot's tree (another run killed before its close may have left another's).
     name = f"toolkiln-heal-half-u{_BrokenAsync.slots[-1]}"
     left = [str(p) for p in Path("/sys/fs/cgroup").glob(f"*/{name}")]
@@ -283,9 +280,10 @@ def test_a_sandbox_whose_second_template_fails_to_start_leaves_nothing(tmp_path:
 
 def test_a_broken_restart_is_retried_and_reported(tmp_path: Path) -> None:
     """The keeper survives a failing start: it reports why and tries again with backoff."""
-    sb = PythonSandbox(PackageStore(tmp_path / "pkgs"), warm=1, name="heal-broken")
+    sb = python_sandbox(PackageStore(tmp_path / "pkgs"), warm=1, name="heal-broken")
     try:
-        sb.template.config["packages_dir"] = str(tmp_path / "gone")  # the start fails on it
+        config = sb.template.config
+        sb.template.config = config.replace(packages_dir=str(tmp_path / "gone"))  # start fails
         kill_template(sb, "pid1")
         until(
             lambda: "could not be restarted" in (sb.template.health()["reason"] or ""), "a report"
@@ -293,7 +291,7 @@ def test_a_broken_restart_is_retried_and_reported(tmp_path: Path) -> None:
         assert sb.template.health()["degraded"]
         out = run(sb, PY_OK, timeout_ms=1000)
         assert out.kind == "infra"
-        sb.template.config["packages_dir"] = str(tmp_path / "pkgs")
+        sb.template.config = config
         until(lambda: not sb.template.health()["degraded"], "the restart to succeed")
         assert run(sb, PY_OK).kind == "return"
     finally:

@@ -16,7 +16,8 @@ from toolkiln.domain.execution import RunOutcome, RunRequest
 from toolkiln.sandbox import compiled as compiled_module
 from toolkiln.sandbox.compiled import Compiled
 from toolkiln.sandbox.packages import PackageStore
-from toolkiln.sandbox.runner import PythonSandbox
+from toolkiln.sandbox.runner import Sandbox
+from toolkiln.sandbox.sandboxes import python_sandbox
 
 SECRET = "call-secret-5b0e2f"
 TOOL = (
@@ -31,28 +32,28 @@ TOOL = (
 
 
 @pytest.fixture(scope="module")
-def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PythonSandbox]:
-    sb = PythonSandbox(PackageStore(tmp_path_factory.mktemp("pkgs")), warm=2, name="py-compiled")
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
+    sb = python_sandbox(PackageStore(tmp_path_factory.mktemp("pkgs")), warm=2, name="py-compiled")
     yield sb
     sb.close()
 
 
-def run(sb: PythonSandbox, code: str, payload: dict[str, Any], ws: str = "ws-a") -> RunOutcome:
+def run(sb: Sandbox, code: str, payload: dict[str, Any], ws: str = "ws-a") -> RunOutcome:
     req = RunRequest("python", code, "handle", payload, 5000, workspace_id=ws)
     return sb.run(req, NoCtx())
 
 
-def compiled_for(sb: PythonSandbox, ws: str, code: str) -> str | None:
+def compiled_for(sb: Sandbox, ws: str, code: str) -> str | None:
     """The kept text once the background compile asked for has ended (within 10 s)."""
     key = Compiled.key(ws, code)
     deadline = time.monotonic() + 10
-    while sb.compiled.get(key) is None and time.monotonic() < deadline:
+    while sb.runtime.compiled.get(key) is None and time.monotonic() < deadline:
         time.sleep(0.01)
-    return sb.compiled.get(key)
+    return sb.runtime.compiled.get(key)
 
 
 def test_code_seen_twice_is_compiled_once_and_later_calls_behave_the_same(
-    sandbox: PythonSandbox,
+    sandbox: Sandbox,
 ) -> None:
     first = [run(sandbox, TOOL, {"n": i, "secret": SECRET}) for i in range(2)]
     made = compiled_for(sandbox, "ws-a", TOOL)
@@ -77,7 +78,7 @@ PLANTER = (
 )
 
 
-def test_what_is_kept_holds_nothing_of_any_call(sandbox: PythonSandbox) -> None:
+def test_what_is_kept_holds_nothing_of_any_call(sandbox: Sandbox) -> None:
     """The compile child is given the source alone and runs none of it: a call's input (the
     secret) is in no byte of what later calls are handed, and a call cannot change what
     they load, even when its code tampers with the compiler of its own process."""
@@ -93,40 +94,42 @@ def test_what_is_kept_holds_nothing_of_any_call(sandbox: PythonSandbox) -> None:
     assert later.kind == "return" and later.value == "planted", later
 
 
-def test_identical_code_in_two_workspaces_is_kept_for_each(sandbox: PythonSandbox) -> None:
+def test_identical_code_in_two_workspaces_is_kept_for_each(sandbox: Sandbox) -> None:
     """Keyed by workspace: bytes kept for one workspace's code never reach another's calls,
     even for the very same source (here: A's entry replaced by code that says so)."""
     code = "def handle(input, ctx):\n    return 'honest'\n"
     poisoned = base64.b64encode(
         marshal.dumps(compile("def handle(input, ctx):\n    return 'A-only'\n", "<tool>", "exec"))
     ).decode()
-    sandbox.compiled.done(Compiled.key("ws-a", code), poisoned)
+    sandbox.runtime.compiled.done(Compiled.key("ws-a", code), poisoned)
     assert run(sandbox, code, {}, ws="ws-a").value == "A-only"  # the host's choice, for A
     for _ in range(3):
         assert run(sandbox, code, {}, ws="ws-b").value == "honest"
 
 
-def test_bytes_that_do_not_load_as_the_tools_code_are_ignored(sandbox: PythonSandbox) -> None:
+def test_bytes_that_do_not_load_as_the_tools_code_are_ignored(sandbox: Sandbox) -> None:
     code = "def handle(input, ctx):\n    return 'compiled here'\n"
     other_file = base64.b64encode(marshal.dumps(compile("x = 1", "<other>", "exec"))).decode()
     for ws, text in [("ws-g", "not base64 at all!"), ("ws-h", "AAAA"), ("ws-i", other_file)]:
-        sandbox.compiled.done(Compiled.key(ws, code), text)
+        sandbox.runtime.compiled.done(Compiled.key(ws, code), text)
         out = run(sandbox, code, {}, ws=ws)
         assert out.kind == "return" and out.value == "compiled here", (ws, out)
 
 
-def test_a_syntax_error_is_never_kept_and_is_reported_each_time(sandbox: PythonSandbox) -> None:
+def test_a_syntax_error_is_never_kept_and_is_reported_each_time(sandbox: Sandbox) -> None:
     code = "def handle(input, ctx):\n    return (\n"
     for _ in range(3):
         out = run(sandbox, code, {}, ws="ws-x")
         assert out.kind == "exception" and out.error_type == "SyntaxError", out
     deadline = time.monotonic() + 5
-    while Compiled.key("ws-x", code) in sandbox.compiled._pending:
+    while Compiled.key("ws-x", code) in sandbox.runtime.compiled._pending:
         assert time.monotonic() < deadline
         time.sleep(0.01)
-    assert sandbox.compiled.get(Compiled.key("ws-x", code)) is None
-    assert not sandbox.compiled.wanted(Compiled.key("ws-x", code))  # and not asked for again
-    assert not sandbox.compiled.wanted(Compiled.key("ws-x", code))
+    assert sandbox.runtime.compiled.get(Compiled.key("ws-x", code)) is None
+    assert not sandbox.runtime.compiled.wanted(
+        Compiled.key("ws-x", code)
+    )  # and not asked for again
+    assert not sandbox.runtime.compiled.wanted(Compiled.key("ws-x", code))
 
 
 def test_the_cache_asks_on_the_second_sighting_and_keeps_its_caps(
@@ -148,7 +151,7 @@ def test_the_cache_asks_on_the_second_sighting_and_keeps_its_caps(
 
 
 def test_a_compile_takes_no_share_of_its_workspace(
-    sandbox: PythonSandbox, monkeypatch: pytest.MonkeyPatch
+    sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The compile runs outside the fair shares (sandbox/fair.py): with the workspace at its
     cap it neither waits behind the workspace's calls nor makes one wait."""
@@ -167,35 +170,35 @@ def test_a_compile_takes_no_share_of_its_workspace(
     assert turns == ["ws-f", "ws-f"]  # the two calls; the compile asked for no turn
 
 
-def test_code_the_compiler_warns_about_is_compiled_per_call(sandbox: PythonSandbox) -> None:
+def test_code_the_compiler_warns_about_is_compiled_per_call(sandbox: Sandbox) -> None:
     """A call that compiles shows the compiler's warnings on its stderr; loaded code would
     not, so such code is never kept."""
     code = "def handle(input, ctx):\n    x = 1\n    return x is 1\n"
     outs = [run(sandbox, code, {}, ws="ws-w") for _ in range(4)]
     deadline = time.monotonic() + 5
-    while Compiled.key("ws-w", code) in sandbox.compiled._pending:
+    while Compiled.key("ws-w", code) in sandbox.runtime.compiled._pending:
         assert time.monotonic() < deadline
         time.sleep(0.01)
     outs.append(run(sandbox, code, {}, ws="ws-w"))
     for out in outs:
         assert out.kind == "return" and out.value is True, out
         assert "SyntaxWarning" in out.stderr, out.stderr
-    assert sandbox.compiled.get(Compiled.key("ws-w", code)) is None
+    assert sandbox.runtime.compiled.get(Compiled.key("ws-w", code)) is None
 
 
 def test_the_compile_child_is_sent_the_source_alone(
-    sandbox: PythonSandbox, monkeypatch: pytest.MonkeyPatch
+    sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """What the compile child gets: the source, no input, no context, a link with nothing
     to give (no ctx tool, no audit)."""
     seen: list[tuple[RunRequest, object, object]] = []
-    acquired = sandbox._run_acquired
+    acquired = sandbox.run_acquired
 
     def recording(req: RunRequest, link: Any, extra: Any, *rest: Any) -> RunOutcome:
         seen.append((req, link, extra))
         return acquired(req, link, extra, *rest)
 
-    monkeypatch.setattr(sandbox, "_run_acquired", recording)
+    monkeypatch.setattr(sandbox, "run_acquired", recording)
     code = "def handle(input, ctx):\n    return sorted(input)\n"
     for i in range(2):
         req = RunRequest(

@@ -17,12 +17,13 @@ import pytest
 from tests.sandbox.test_shares import groups
 from toolkiln.sandbox.packages import PackageStore
 from toolkiln.sandbox.pool import SandboxUnavailable, Template, WarmChild
-from toolkiln.sandbox.runner import PythonSandbox
+from toolkiln.sandbox.runner import Sandbox
+from toolkiln.sandbox.sandboxes import python_sandbox
 
 
 @pytest.fixture
-def sandbox(tmp_path: Path) -> Iterator[PythonSandbox]:
-    sb = PythonSandbox(PackageStore(tmp_path), warm=2, name="cpu-group-test")
+def sandbox(tmp_path: Path) -> Iterator[Sandbox]:
+    sb = python_sandbox(PackageStore(tmp_path), warm=2, name="cpu-group-test")
     cg = sb.cgroups
     if cg is None or cg.version != "v1" or not cg.cpu:
         sb.close()
@@ -41,7 +42,7 @@ def _ready_child(pool: Template) -> WarmChild:
     raise AssertionError("no warm child")
 
 
-def test_a_child_that_ended_before_its_move_is_not_handed_out(sandbox: PythonSandbox) -> None:
+def test_a_child_that_ended_before_its_move_is_not_handed_out(sandbox: Sandbox) -> None:
     pool = sandbox.template
     child = _ready_child(pool)
     with pool._cond:
@@ -65,7 +66,7 @@ def test_a_child_that_ended_before_its_move_is_not_handed_out(sandbox: PythonSan
 
 
 def test_a_move_that_fails_otherwise_gives_no_process_in_strict_mode(
-    sandbox: PythonSandbox,
+    sandbox: Sandbox,
 ) -> None:
     pool = sandbox.template
     assert pool.strict
@@ -84,7 +85,7 @@ def test_a_move_that_fails_otherwise_gives_no_process_in_strict_mode(
         child.cgroup.cpu_procs = saved
 
 
-def test_a_child_that_ended_unreaped_is_not_handed_out(sandbox: PythonSandbox) -> None:
+def test_a_child_that_ended_unreaped_is_not_handed_out(sandbox: Sandbox) -> None:
     """The kernel moves a zombie into a cgroup without an error (ESRCH comes only once it
     is reaped): the child's own end is checked after the move."""
     pool = sandbox.template
@@ -105,7 +106,7 @@ def test_a_child_that_ended_unreaped_is_not_handed_out(sandbox: PythonSandbox) -
 
 
 def test_take_hands_out_the_next_child_when_one_cannot_be_moved(
-    sandbox: PythonSandbox, monkeypatch: pytest.MonkeyPatch
+    sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pool = sandbox.template
     _ready_child(pool)

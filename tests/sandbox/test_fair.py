@@ -13,7 +13,8 @@ from tests.sandbox.links import NoCtx
 from toolkiln.domain.execution import RunOutcome, RunRequest
 from toolkiln.sandbox.fair import FairShare
 from toolkiln.sandbox.packages import PackageStore
-from toolkiln.sandbox.runner import Limits, PythonSandbox
+from toolkiln.sandbox.runner import Limits, Sandbox
+from toolkiln.sandbox.sandboxes import python_sandbox
 
 
 def soon(seconds: float = 5.0) -> float:
@@ -70,8 +71,8 @@ def test_the_next_free_worker_goes_to_the_workspace_holding_fewest() -> None:
 
 
 @pytest.fixture(scope="module")
-def small(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PythonSandbox]:
-    sb = PythonSandbox(
+def small(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
+    sb = python_sandbox(
         PackageStore(tmp_path_factory.mktemp("pkgs")),
         warm=2,
         limits=Limits(concurrent_calls=2),
@@ -81,7 +82,7 @@ def small(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PythonSandbox]:
     sb.close()
 
 
-def test_one_workspace_cannot_hold_every_python_process(small: PythonSandbox) -> None:
+def test_one_workspace_cannot_hold_every_python_process(small: Sandbox) -> None:
     slow = "import time\ndef handle(i, c):\n    time.sleep(1.0)\n    return 'a'\n"
     quick = "def handle(i, c):\n    return 'b'\n"
     results: list[RunOutcome] = []

@@ -14,9 +14,10 @@ from tests.sandbox.links import NoCtx
 from toolkiln.domain.execution import RunOutcome, RunRequest
 from toolkiln.sandbox import jail
 from toolkiln.sandbox.jail import protocol
-from toolkiln.sandbox.js_runner import JavaScriptSandbox
+from toolkiln.sandbox.javascript_runtime import JavaScriptRuntime
 from toolkiln.sandbox.packages import JsPackageStore
 from toolkiln.sandbox.pool import WarmChild
+from toolkiln.sandbox.runner import Sandbox
 
 # jail/jsrunner.py runs as a top-level module in the jail (it imports its siblings so): read
 # its cap from the source rather than importing it into the service's package.
@@ -29,13 +30,13 @@ MAX_ANSWERS = int(
 )
 
 
-class OneWorker(JavaScriptSandbox):
+class OneWorker(JavaScriptRuntime):
     """Records which worker served each call (one workspace, so its own worker serves all)."""
 
     served: list[int]
 
-    def _take(self, req: RunRequest, timeout: float) -> WarmChild:
-        child = super()._take(req, timeout)
+    def take(self, req: RunRequest, timeout: float) -> WarmChild:
+        child = super().take(req, timeout)
         self.served.append(child.pid)
         return child
 
@@ -56,15 +57,25 @@ class Recording(NoCtx):
 
 
 @pytest.fixture(scope="module")
-def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OneWorker]:
-    sb = OneWorker(JsPackageStore(tmp_path_factory.mktemp("js")), warm=1, name="js-one")
-    sb.served = []
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
+    sb = one_worker(JsPackageStore(tmp_path_factory.mktemp("js")), name="js-one")
     yield sb
     sb.close()
 
 
+def one_worker(store: JsPackageStore, name: str) -> Sandbox:
+    runtime = OneWorker()
+    runtime.served = []
+    return Sandbox(runtime, store, warm=1, name=name)
+
+
+def served(sb: Sandbox) -> list[int]:
+    assert isinstance(sb.runtime, OneWorker)
+    return sb.runtime.served
+
+
 def run(
-    sb: JavaScriptSandbox, code: str, link: Any = None, entry: str = "main", call: str = ""
+    sb: Sandbox, code: str, link: Any = None, entry: str = "main", call: str = ""
 ) -> RunOutcome:
     context = {"toolCallId": call} if call else {}
     req = RunRequest("javascript", code, entry, {}, 5000, context, workspace_id="ws-1")
@@ -93,8 +104,7 @@ def test_a_workers_first_call_sees_nothing_of_its_rehearsal(
 ) -> None:
     """A new worker runs a call of its own first (jsrunner._rehearse: a ``main`` returning
     'ok'); the first caller's isolate is a new one, with no ``main`` but its own."""
-    sb = OneWorker(JsPackageStore(tmp_path_factory.mktemp("js-r")), warm=1, name="js-rehearsed")
-    sb.served = []
+    sb = one_worker(JsPackageStore(tmp_path_factory.mktemp("js-r")), name="js-rehearsed")
     try:
         code = "function handle(input, ctx) { return [typeof main, typeof globalThis.__tk_seen]; }"
         first = run(sb, code, entry="handle")
@@ -104,7 +114,7 @@ def test_a_workers_first_call_sees_nothing_of_its_rehearsal(
         sb.close()
 
 
-def test_nothing_of_a_call_reaches_the_next_on_the_same_worker(sandbox: OneWorker) -> None:
+def test_nothing_of_a_call_reaches_the_next_on_the_same_worker(sandbox: Sandbox) -> None:
     first = run(sandbox, PLANT, call="call-1")
     # Object.prototype.then makes the returned object a thenable: it is awaited, as before.
     assert first.kind == "return" and first.value == "hijacked", first
@@ -112,10 +122,10 @@ def test_nothing_of_a_call_reaches_the_next_on_the_same_worker(sandbox: OneWorke
     assert second.kind == "return", second
     assert second.value == {"message": '["undefined",null,"undefined",2,"call-2"]'}
     assert "secret" not in second.stdout
-    assert sandbox.served[-2] == sandbox.served[-1]  # one worker, two isolates
+    assert served(sandbox)[-2] == served(sandbox)[-1]  # one worker, two isolates
 
 
-def test_a_ctx_call_not_awaited_by_a_sync_entry_still_runs(sandbox: OneWorker) -> None:
+def test_a_ctx_call_not_awaited_by_a_sync_entry_still_runs(sandbox: Sandbox) -> None:
     link = Recording()
     code = (
         "function main(params, ctx) {\n"
@@ -130,7 +140,7 @@ def test_a_ctx_call_not_awaited_by_a_sync_entry_still_runs(sandbox: OneWorker) -
     assert link.calls == [("lookup", {"id": 7})]
 
 
-def test_a_ctx_call_a_microtask_issues_after_the_return_still_runs(sandbox: OneWorker) -> None:
+def test_a_ctx_call_a_microtask_issues_after_the_return_still_runs(sandbox: Sandbox) -> None:
     link = Recording()
     code = (
         "function main(params, ctx) {\n"
@@ -153,7 +163,7 @@ class Numbered(Recording):
 
 
 def test_ctx_calls_are_made_in_order_including_parallel_and_chained_ones(
-    sandbox: OneWorker,
+    sandbox: Sandbox,
 ) -> None:
     """A ctx call waits in the isolate's queue until the worker takes it (jsrunner.SETUP):
     awaited one by one, together (Promise.all), chained in a continuation, or issued after
@@ -188,7 +198,7 @@ def test_ctx_calls_are_made_in_order_including_parallel_and_chained_ones(
 
 
 def test_a_ctx_call_whose_input_json_cannot_spell_throws_where_it_is_made(
-    sandbox: OneWorker,
+    sandbox: Sandbox,
 ) -> None:
     link = Numbered()
     code = (
@@ -203,7 +213,7 @@ def test_a_ctx_call_whose_input_json_cannot_spell_throws_where_it_is_made(
 
 
 def test_a_ctx_call_of_what_json_cannot_spell_is_refused_without_being_made(
-    sandbox: OneWorker,
+    sandbox: Sandbox,
 ) -> None:
     link = Numbered()
     code = (
@@ -219,7 +229,7 @@ def test_a_ctx_call_of_what_json_cannot_spell_is_refused_without_being_made(
 
 
 def test_ctx_calls_that_queue_each_other_without_end_end_the_run_at_the_hosts_cap(
-    sandbox: OneWorker,
+    sandbox: Sandbox,
 ) -> None:
     """Each answer queues the next call: the host ends the run at its cap of ctx frames (not
     at the call's timeout) and the next call is served. (The worker itself stops answering at
@@ -239,7 +249,7 @@ def test_ctx_calls_that_queue_each_other_without_end_end_the_run_at_the_hosts_ca
 
 
 def test_an_async_entry_resolved_at_once_still_makes_its_ctx_calls_and_reports_their_logs(
-    sandbox: OneWorker,
+    sandbox: Sandbox,
 ) -> None:
     """An async entry's value is read once its queued ctx calls are answered (jsrunner
     ``__tk_done``): a call it did not await is made, and what its answer logged is reported."""
@@ -257,7 +267,7 @@ def test_an_async_entry_resolved_at_once_still_makes_its_ctx_calls_and_reports_t
 
 
 def test_a_value_returned_at_once_is_read_after_the_microtasks_it_queued(
-    sandbox: OneWorker,
+    sandbox: Sandbox,
 ) -> None:
     code = (
         "function main() {\n"
@@ -271,7 +281,7 @@ def test_a_value_returned_at_once_is_read_after_the_microtasks_it_queued(
     assert out.stdout == "logged later\n"
 
 
-def test_errors_and_async_entries_on_a_prepared_isolate(sandbox: OneWorker) -> None:
+def test_errors_and_async_entries_on_a_prepared_isolate(sandbox: Sandbox) -> None:
     thrown = run(sandbox, "function main() { throw new TypeError('bad input') }")
     assert (thrown.kind, thrown.error_type, thrown.message) == (
         "exception",
@@ -286,7 +296,7 @@ def test_errors_and_async_entries_on_a_prepared_isolate(sandbox: OneWorker) -> N
     assert odd.kind == "unserializable", odd
 
 
-def test_an_isolate_holds_none_of_the_engine_packages_timer_globals(sandbox: OneWorker) -> None:
+def test_an_isolate_holds_none_of_the_engine_packages_timer_globals(sandbox: Sandbox) -> None:
     """The isolate is made without mini-racer's setTimeout script (the prelude removed what
     it installed, but for its own variable): a new engine version that drops the private
     context maker fails here rather than quietly costing its ~0.35 ms per isolate again."""
@@ -307,7 +317,7 @@ HOLD = (
 )
 
 
-def test_a_call_does_not_run_beside_the_memory_of_the_call_before(sandbox: OneWorker) -> None:
+def test_a_call_does_not_run_beside_the_memory_of_the_call_before(sandbox: Sandbox) -> None:
     """The isolate of the call before is closed before the next call runs, even when that
     call was already waiting for the worker: its memory (120 MB here, under the worker's
     256 MB cap) never counts against the next call (120 MB more)."""

@@ -13,32 +13,34 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.sandbox.links import NoCtx, analysed
 from toolkiln.domain.execution import RunRequest
+from toolkiln.sandbox import python_runtime
 from toolkiln.sandbox import runner as runner_module
+from toolkiln.sandbox.jail.config import JailConfig
 from toolkiln.sandbox.jail.protocol import Caps
 from toolkiln.sandbox.packages import PYTHON_PACKAGES, PackageStore
 from toolkiln.sandbox.pool import SandboxUnavailable
-from toolkiln.sandbox.runner import Limits, PythonSandbox
+from toolkiln.sandbox.runner import Limits, Sandbox
+from toolkiln.sandbox.sandboxes import python_sandbox
 from toolkiln.sandbox.uids import UidRange
 
 
 @pytest.fixture(scope="module")
-def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PythonSandbox]:
-    sb = PythonSandbox(PackageStore(tmp_path_factory.mktemp("pkgs")), warm=2)
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
+    sb = python_sandbox(PackageStore(tmp_path_factory.mktemp("pkgs")), warm=2)
     yield sb
     sb.close()
 
 
-def run(sb: PythonSandbox, code: str, timeout_ms: int = 5000):
+def run(sb: Sandbox, code: str, timeout_ms: int = 5000):
     return sb.run(analysed("python", code, timeout_ms), NoCtx())
 
 
-def test_a_listed_package_installs_on_first_import(sandbox: PythonSandbox) -> None:
+def test_a_listed_package_installs_on_first_import(sandbox: Sandbox) -> None:
     code = (
         "from dateutil.relativedelta import relativedelta\n"
         "import datetime\n"
@@ -50,7 +52,7 @@ def test_a_listed_package_installs_on_first_import(sandbox: PythonSandbox) -> No
     assert (sandbox.packages.root / "dateutil").is_dir()
 
 
-def test_everything_listed_imports(sandbox: PythonSandbox) -> None:
+def test_everything_listed_imports(sandbox: Sandbox) -> None:
     sandbox.packages.install(list(PYTHON_PACKAGES))
     names = sorted(PYTHON_PACKAGES)
     code = (
@@ -69,7 +71,7 @@ def test_everything_listed_imports(sandbox: PythonSandbox) -> None:
     assert out.value == {"sum": 45, "yaml": "a: 1\n", "jinja": "hi!", "bs4": "t", "regex": True}
 
 
-def test_an_unlisted_module_fails_clearly(sandbox: PythonSandbox) -> None:
+def test_an_unlisted_module_fails_clearly(sandbox: Sandbox) -> None:
     out = run(sandbox, "import requests\ndef handle(i, c):\n    return 1")
     assert out.kind == "exception" and out.error_type == "ModuleNotFoundError"
     assert "requests" in out.message and "numpy" in out.message
@@ -83,8 +85,8 @@ def test_a_missing_layer_refuses_to_start_unless_insecure(
 
     monkeypatch.setattr(runner_module, "Cgroups", no_cgroups)
     with pytest.raises(SandboxUnavailable, match="cgroup"):
-        PythonSandbox(PackageStore(tmp_path / "a"), warm=1)
-    insecure = PythonSandbox(PackageStore(tmp_path / "b"), warm=1, strict=False)
+        python_sandbox(PackageStore(tmp_path / "a"), warm=1)
+    insecure = python_sandbox(PackageStore(tmp_path / "b"), warm=1, strict=False)
     try:
         described = insecure.describe()
         assert described["insecure"] is True and described["isolation"]["cgroup"] is None
@@ -94,7 +96,7 @@ def test_a_missing_layer_refuses_to_start_unless_insecure(
         insecure.close()
 
 
-def test_timeout_kills_even_a_thread_that_outlives_the_entrypoint(sandbox: PythonSandbox) -> None:
+def test_timeout_kills_even_a_thread_that_outlives_the_entrypoint(sandbox: Sandbox) -> None:
     code = (
         "import threading, time\n"
         "def handle(i, c):\n"
@@ -116,7 +118,7 @@ class Refusing(NoCtx):
         return False
 
 
-def test_a_run_the_link_does_not_admit_never_starts(sandbox: PythonSandbox) -> None:
+def test_a_run_the_link_does_not_admit_never_starts(sandbox: Sandbox) -> None:
     link = Refusing()
     code = "def handle(i, c):\n    raise SystemExit('must not run')\n"
     out = sandbox.run(RunRequest("python", code, "handle", {}, 5000), link)
@@ -132,7 +134,7 @@ class Unreachable(NoCtx):
         raise ConnectionError("the database is unreachable")
 
 
-def test_a_link_that_fails_to_admit_gives_its_process_back(sandbox: PythonSandbox) -> None:
+def test_a_link_that_fails_to_admit_gives_its_process_back(sandbox: Sandbox) -> None:
     """The taken process is released (and replaced) whatever admit raises: calls during a
     database outage must not drain the pool (warm=2 here: five such calls would)."""
     code = "def handle(i, c):\n    raise SystemExit('must not run')\n"
@@ -151,14 +153,14 @@ def _nice_of(stat: str) -> int:
     return int(stat.rsplit(")", 1)[1].split()[16])  # field 19 of /proc/<pid>/stat
 
 
-def _warm_children(sb: PythonSandbox) -> list[int]:
+def _warm_children(sb: Sandbox) -> list[int]:
     """Host pids of the processes running as one of this sandbox's uids (its children)."""
-    low = sb.config["uid_base"]
+    low = sb.uids.first
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if low <= entry.stat().st_uid < low + sb.config["uid_count"]:
+                if low <= entry.stat().st_uid < low + sb.uids.count:
                     found.append(int(entry.name))
             except OSError:
                 continue
@@ -166,7 +168,7 @@ def _warm_children(sb: PythonSandbox) -> list[int]:
 
 
 def test_children_warm_at_low_priority_and_a_call_runs_at_the_services(
-    sandbox: PythonSandbox,
+    sandbox: Sandbox,
 ) -> None:
     # Wait until the sandbox's processes are warm children only (the child of an earlier
     # call may still be on its way out, at the service's priority).
@@ -177,10 +179,10 @@ def test_children_warm_at_low_priority_and_a_call_runs_at_the_services(
         for pid in _warm_children(sandbox):
             with contextlib.suppress(OSError):  # one may have ended meanwhile
                 nices.add(_nice_of(Path(f"/proc/{pid}/stat").read_text()))
-        if nices == {runner_module.WARM_NICE}:
+        if nices == {python_runtime.WARM_NICE}:
             break
         time.sleep(0.05)
-    assert nices == {runner_module.WARM_NICE}
+    assert nices == {python_runtime.WARM_NICE}
     code = "import os\ndef handle(i, c):\n    return os.getpriority(os.PRIO_PROCESS, 0)\n"
     out = run(sandbox, code)
     assert out.kind == "return", (out.kind, out.message)
@@ -192,7 +194,7 @@ def test_takers_waiting_together_each_get_a_child_of_their_own(
 ) -> None:
     """A child made wakes one waiting taker (pool.py): with one warm child and six takers
     waiting at once, each gets a distinct live child and none is handed out twice."""
-    sb = PythonSandbox(PackageStore(tmp_path_factory.mktemp("pkgs")), warm=1)
+    sb = python_sandbox(PackageStore(tmp_path_factory.mktemp("pkgs")), warm=1)
     try:
         taken: list[object] = []
         errors: list[BaseException] = []
@@ -237,7 +239,7 @@ def test_the_host_refuses_frames_that_are_not_json() -> None:
     assert protocol.decode(b'{"value": 1.5}')[0] == {"value": 1.5}
 
 
-def test_each_call_draws_its_own_random_numbers(sandbox: PythonSandbox) -> None:
+def test_each_call_draws_its_own_random_numbers(sandbox: Sandbox) -> None:
     """Children are forked without CPython's after-fork hooks (jail/linux.py fork): random's
     reseed is done by hand, or every call would start from the template's state."""
     code = "import random\ndef handle(i, c):\n    return [random.random() for _ in range(3)]"
@@ -246,7 +248,7 @@ def test_each_call_draws_its_own_random_numbers(sandbox: PythonSandbox) -> None:
     assert len({tuple(out.value) for out in drawn}) == 4
 
 
-def test_a_tool_can_use_threads_after_the_fork(sandbox: PythonSandbox) -> None:
+def test_a_tool_can_use_threads_after_the_fork(sandbox: Sandbox) -> None:
     code = (
         "import threading\n"
         "def handle(i, c):\n"
@@ -269,7 +271,7 @@ def test_a_tool_can_use_threads_after_the_fork(sandbox: PythonSandbox) -> None:
 
 
 def test_asyncio_is_preloaded_without_ssl_and_a_tool_can_still_import_ssl(
-    sandbox: PythonSandbox,
+    sandbox: Sandbox,
 ) -> None:
     """The template imports asyncio without ssl (pyrunner.without_ssl): a child starts with
     asyncio and without ssl, asyncio works, and a tool that imports ssl gets the real one."""
@@ -295,7 +297,7 @@ def test_asyncio_is_preloaded_without_ssl_and_a_tool_can_still_import_ssl(
 )
 @pytest.mark.parametrize("says_async", [False, True], ids=["lean-template", "asyncio-template"])
 def test_the_runners_code_on_a_calls_path_is_quickened_before_the_call(
-    sandbox: PythonSandbox, says_async: bool
+    sandbox: Sandbox, says_async: bool
 ) -> None:
     """Each template rehearses a child's path before it forks (pyrunner.rehearse): CPython
     3.11 quickens a code object once it has started 8 times, writing into it, and a child
@@ -347,7 +349,7 @@ def test_the_runners_code_on_a_calls_path_is_quickened_before_the_call(
 
 @pytest.mark.parametrize("says_async", [False, True], ids=["lean-template", "asyncio-template"])
 def test_modules_outside_the_preload_are_not_in_a_child_and_still_import(
-    sandbox: PythonSandbox, says_async: bool
+    sandbox: Sandbox, says_async: bool
 ) -> None:
     """Only what the preload list names (and what the jail's own code needs) is in the
     template: every module more is page-table work for each fork and exit. tempfile, shutil
@@ -374,14 +376,14 @@ def test_modules_outside_the_preload_are_not_in_a_child_and_still_import(
 
 
 def test_code_that_says_async_runs_where_asyncio_is_preloaded_and_other_code_without_it(
-    sandbox: PythonSandbox,
+    sandbox: Sandbox,
 ) -> None:
     """Two templates (runner.needs_asyncio): code that says ``async`` starts with asyncio
     imported; any other code starts without it (cheaper forks,
     docs/decisions/104-what-the-python-template-holds.md) and can still import and run it. Their
     children's uids are disjoint parts of the sandbox's slot, so the two kinds of children never
     share a uid."""
-    low, count = int(sandbox.config["uid_base"]), int(sandbox.config["uid_count"])
+    low, count = int(sandbox.uids.first), int(sandbox.uids.count)
     lean = (
         "import os, sys\n"
         "NAME = 'asyn' + 'cio'\n"
@@ -410,7 +412,7 @@ def test_code_that_says_async_runs_where_asyncio_is_preloaded_and_other_code_wit
             assert out.kind == "return", (out.kind, out.message)
             assert out.value["before"] is says and out.value["ran"] == 7
             seen[says].add(out.value["uid"])
-    split = low + count - runner_module.ASYNC_UIDS
+    split = low + count - python_runtime.ASYNC_UIDS
     assert all(low <= uid < split for uid in seen[False]), (seen, low, split)
     assert all(split <= uid < low + count for uid in seen[True]), (seen, split, count)
 
@@ -487,7 +489,7 @@ ASYNC_CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(ASYNC_CASES))
-def test_async_code_runs_as_under_asyncio_run(sandbox: PythonSandbox, case: str) -> None:
+def test_async_code_runs_as_under_asyncio_run(sandbox: Sandbox, case: str) -> None:
     """An async entry runs on a loop its child made before the request (pyrunner
     ._prepare_loop, docs/decisions/104-what-the-python-template-holds.md): what ``asyncio.run`` does
     still holds (a copy of the context at the run, tasks left cancelled and async generators
@@ -499,7 +501,7 @@ def test_async_code_runs_as_under_asyncio_run(sandbox: PythonSandbox, case: str)
     assert out.value == value and out.stdout == stdout, (out.value, out.stdout)
 
 
-def test_shutil_copies_and_moves_files_in_the_scratch(sandbox: PythonSandbox) -> None:
+def test_shutil_copies_and_moves_files_in_the_scratch(sandbox: Sandbox) -> None:
     """shutil.copyfile copies with sendfile on Linux: the filter allows it (it was a kill, a
     ``sandbox_violation`` for a tool copying its own file), as it allows copy_file_range."""
     code = (
@@ -522,7 +524,7 @@ def test_shutil_copies_and_moves_files_in_the_scratch(sandbox: PythonSandbox) ->
     assert out.value == {"here": ["a", "c"], "tree": ["a", "b"], "same": True, "gone": True}
 
 
-def test_a_child_starts_with_its_own_home_and_the_fixed_environment(sandbox: PythonSandbox) -> None:
+def test_a_child_starts_with_its_own_home_and_the_fixed_environment(sandbox: Sandbox) -> None:
     """The fixed part of the environment and the ignored signals are set once in the template
     (child.prepare), HOME and TMPDIR per child: together what each call sees."""
     code = (
@@ -579,7 +581,7 @@ def test_a_child_starts_with_its_own_home_and_the_fixed_environment(sandbox: Pyt
     ids=["no-ctx", "keyword-only-ctx", "positional-ctx", "wrapped"],
 )
 def test_main_gets_ctx_only_when_it_declares_it_keyword_only(
-    sandbox: PythonSandbox, code: str, expected: tuple[str, object]
+    sandbox: Sandbox, code: str, expected: tuple[str, object]
 ) -> None:
     request = RunRequest("python", code, "main", {"a": 1}, 5000, {"toolCallId": "call-1"})
     out = sandbox.run(request, NoCtx())
@@ -616,9 +618,9 @@ CRASHED = """
 import os, sys
 from pathlib import Path
 from toolkiln.sandbox.packages import PackageStore
-from toolkiln.sandbox.runner import PythonSandbox
+from toolkiln.sandbox.sandboxes import python_sandbox
 from toolkiln.sandbox.uids import UidRange
-sb = PythonSandbox(PackageStore(Path(sys.argv[1])), warm=1, name="leftover-test")
+sb = python_sandbox(PackageStore(Path(sys.argv[1])), warm=1, name="leftover-test")
 print(sb.uids.slot, *sb.cgroups.roots, flush=True)
 os.kill(os.getpid(), 9)  # dies holding its cgroups, as a crashed service does
 """
@@ -647,7 +649,7 @@ def test_cgroups_a_crashed_sandbox_left_are_reused_and_removed_by_its_slots_next
         deadline = time.monotonic() + 10
         while True:  # its template and children may take a moment to be gone
             try:
-                sb = PythonSandbox(PackageStore(tmp_path), warm=1, name="leftover-test")
+                sb = python_sandbox(PackageStore(tmp_path), warm=1, name="leftover-test")
                 break
             except SandboxUnavailable:
                 assert time.monotonic() < deadline
@@ -663,14 +665,12 @@ def test_cgroups_a_crashed_sandbox_left_are_reused_and_removed_by_its_slots_next
     assert not any(r.exists() for r in roots)
 
 
-class _FewUids(PythonSandbox):
-    """A sandbox whose (lean) template may have only warm + 1 children alive at once."""
+class _FewUids(python_runtime.PythonRuntime):
+    """Python whose (lean) template may have only warm + 1 children alive at once."""
 
-    def _template_configs(
-        self, config: dict[str, Any]
-    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
-        lean, with_asyncio = super()._template_configs(config)
-        return {**lean, "uid_count": int(config["warm"]) + 1}, with_asyncio
+    def configs(self, base: JailConfig) -> list[JailConfig]:
+        lean, with_asyncio = super().configs(base)
+        return [lean.replace(uid_count=base.warm + 1), with_asyncio]
 
 
 def test_a_template_at_its_uid_capacity_makes_the_children_it_owes(
@@ -680,7 +680,7 @@ def test_a_template_at_its_uid_capacity_makes_the_children_it_owes(
     and any asked for while every uid is in use) are made as soon as a uid is free, so the
     pool keeps serving at its uid capacity. (The template's reap used to return before the
     code that made them: with replacements made on reap, no call found a second child.)"""
-    sb = _FewUids(PackageStore(tmp_path), warm=2)
+    sb = Sandbox(_FewUids(), PackageStore(tmp_path), warm=2)
     try:
         for _ in range(12):
             out = run(sb, "def handle(i, c):\n    return 7\n", timeout_ms=5000)
@@ -698,7 +698,7 @@ def test_children_the_host_throws_away_are_not_replaced_without_end(tmp_path: Pa
     throws away (here: its cgroup cannot be joined, in strict mode) is not, so a fault in
     every new child cannot turn into a loop of forks (review: 1831 in 2 s when the template
     replaced every child it reaped)."""
-    sb = PythonSandbox(PackageStore(tmp_path), warm=2)
+    sb = python_sandbox(PackageStore(tmp_path), warm=2)
     try:
         assert sb.cgroups is not None
         assert run(sb, "def handle(i, c):\n    return 7\n").value == 7
@@ -736,7 +736,7 @@ def test_closing_while_children_are_made_puts_none_in_a_removed_cgroup(
     reports, and nothing of the sandbox's cgroups stays."""
     caplog.set_level(logging.ERROR, logger="toolkiln.sandbox")
     for _ in range(8):
-        sb = PythonSandbox(PackageStore(tmp_path), warm=16, name="close-race-test")
+        sb = python_sandbox(PackageStore(tmp_path), warm=16, name="close-race-test")
         time.sleep(0.005)  # the first of the sixteen children are being made and adopted
         roots = list(sb.cgroups.roots) if sb.cgroups is not None else []
         sb.close()
@@ -747,8 +747,8 @@ def test_closing_while_children_are_made_puts_none_in_a_removed_cgroup(
 REHEARSAL_PROBE = """
 import asyncio, json, os, sys
 import pyrunner
-cfg = {"max_reply_bytes": 1 << 20, "max_log_bytes": 65536, "max_request_bytes": 4 << 20,
-       "max_result_bytes": 1 << 20, "curated": {}}
+from config import JailConfig
+cfg = JailConfig("python", (), "", ())
 def state():
     return {"fds": sorted(os.listdir("/proc/self/fd")), "stdout": sys.stdout is sys.__stdout__,
             "meta_path": len(sys.meta_path), "policy": asyncio.events._event_loop_policy,
@@ -802,7 +802,7 @@ def test_a_template_whose_rehearsal_fails_starts_without_it_and_says_why(
     meet the same cap)."""
     limits = Limits(caps=Caps(result_bytes=64))
     with caplog.at_level(logging.WARNING, logger="toolkiln.sandbox"):
-        sb = PythonSandbox(PackageStore(tmp_path / "pkgs"), limits=limits, warm=1)
+        sb = python_sandbox(PackageStore(tmp_path / "pkgs"), limits=limits, warm=1)
     try:
         notes = [r.getMessage() for r in caplog.records if "rehearsal failed" in r.getMessage()]
         assert len(notes) == 2, caplog.text  # each of the two Python templates

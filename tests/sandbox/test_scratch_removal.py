@@ -14,6 +14,7 @@ import pytest
 JAIL = Path(__file__).resolve().parents[2] / "src" / "toolkiln" / "sandbox" / "jail"
 sys.path.insert(0, str(JAIL))
 import template  # noqa: E402  (the template's own module, as the jail imports it)
+from config import JailConfig  # noqa: E402
 
 
 def test_a_deep_tree_with_files_and_links_is_removed(tmp_path: Path) -> None:
@@ -124,7 +125,7 @@ def test_a_uid_root_whose_tmpfs_could_not_be_mounted_again_is_kept(
 
     monkeypatch.setattr(template.linux, "umount2", lambda *args: None)
     monkeypatch.setattr(template.linux, "mount", mount)
-    cfg = {"scratch_mb": 1, "scratch_files": 16}
+    cfg = JailConfig("python", (), "", (), scratch_mb=1, scratch_files=16)
     tpl = template.Template(cfg, None, None)  # type: ignore[arg-type]
     try:
         assert tpl._empty(uid, str(root / "7")) is False  # emptied by the walk

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from toolkiln.domain.execution import ResourceShare, RunRequest
-from toolkiln.sandbox.js_runner import JavaScriptSandbox
 from toolkiln.sandbox.packages import JsPackageStore, PackageStore
-from toolkiln.sandbox.runner import PythonSandbox
+from toolkiln.sandbox.runner import Sandbox
+from toolkiln.sandbox.sandboxes import javascript_sandbox, python_sandbox
 
 
 def groups(pid: int) -> dict[str, str]:
@@ -37,15 +37,15 @@ def pids_of(low: int, high: int) -> list[int]:
     return found
 
 
-def uid_range(sb: PythonSandbox) -> tuple[int, int]:
-    base = int(sb.config["uid_base"])
-    return base, base + int(sb.config["uid_count"])
+def uid_range(sb: Sandbox) -> tuple[int, int]:
+    base = int(sb.uids.first)
+    return base, base + int(sb.uids.count)
 
 
 @pytest.fixture(scope="module")
-def sandboxes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, PythonSandbox]]:
-    py = PythonSandbox(PackageStore(tmp_path_factory.mktemp("pkgs")), warm=2)
-    js = JavaScriptSandbox(JsPackageStore(tmp_path_factory.mktemp("js")), warm=1, name="js")
+def sandboxes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Sandbox]]:
+    py = python_sandbox(PackageStore(tmp_path_factory.mktemp("pkgs")), warm=2)
+    js = javascript_sandbox(JsPackageStore(tmp_path_factory.mktemp("js")), warm=1, name="js")
     yield {"python": py, "javascript": js}
     py.close()
     js.close()
@@ -55,7 +55,7 @@ class Tree:
     """The platform side of one call: ``nested`` runs code with the call's share, ``where``
     tells where the asking process (by uid, or the busy JavaScript worker) is charged."""
 
-    def __init__(self, sandboxes: dict[str, PythonSandbox]) -> None:
+    def __init__(self, sandboxes: dict[str, Sandbox]) -> None:
         self.sandboxes = sandboxes
         self.share = ResourceShare()
 
@@ -97,7 +97,7 @@ ROOT = (
 
 
 def test_nested_runs_are_charged_to_the_root_runs_slot(
-    sandboxes: dict[str, PythonSandbox],
+    sandboxes: dict[str, Sandbox],
 ) -> None:
     py = sandboxes["python"]
     assert py.cgroups is not None and py.cgroups.version is not None
@@ -122,7 +122,7 @@ def test_nested_runs_are_charged_to_the_root_runs_slot(
         assert groups(pid)[memory] != root[memory]
 
 
-def test_each_slot_has_a_cpu_limit(sandboxes: dict[str, PythonSandbox]) -> None:
+def test_each_slot_has_a_cpu_limit(sandboxes: dict[str, Sandbox]) -> None:
     py = sandboxes["python"]
     assert py.cgroups is not None
     if not py.cgroups.cpu:

@@ -57,8 +57,7 @@ class Target:
     def sandbox_processes(self) -> list[int]:
         """Pids of every process running as a sandbox uid (warm children and leftovers)."""
         ranges = [
-            (s.config["uid_base"], s.config["uid_base"] + s.config["uid_count"])
-            for s in self.runtime.sandboxes.values()
+            (s.uids.first, s.uids.first + s.uids.count) for s in self.runtime.sandboxes.values()
         ]
         found = []
         for entry in Path("/proc").iterdir():

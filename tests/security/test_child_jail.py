@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from tests.security.conftest import Target
-from toolkiln.sandbox import runner
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "src" / "toolkiln" / "sandbox" / "jail"))
 import child  # the jail's own module, as the template imports it
@@ -36,8 +35,7 @@ def _warm(target: Target, runtime: str) -> list[tuple[int, dict]]:
     """(pid, the sandbox's template config) of each warm process of a runtime, once its pool
     is full (no call runs here, so every process of its uids is a warm one)."""
     sandbox = target.runtime.sandboxes[runtime]
-    cfg = sandbox.config
-    low, high = cfg["uid_base"], cfg["uid_base"] + cfg["uid_count"]
+    low, high = sandbox.uids.first, sandbox.uids.first + sandbox.uids.count
     deadline = time.monotonic() + 10
     while True:
         found = []
@@ -50,6 +48,11 @@ def _warm(target: Target, runtime: str) -> list[tuple[int, dict]]:
                 continue
             uid = int(status.split("\nUid:")[1].split()[0])
             if low <= uid < high:
+                cfg = next(
+                    t.config
+                    for t in sandbox.templates()
+                    if t.config.uid_base <= uid < t.config.uid_base + t.config.uid_count
+                )
                 found.append((int(entry.name), cfg))
         if found and len(found) >= sum(t.health()["warm"] for t in sandbox.templates()):
             return found
@@ -110,7 +113,7 @@ def test_a_new_process_is_jailed_before_its_first_line(target: Target, runtime: 
             assert stat.S_ISSOCK(os.stat(f"/proc/{pid}/fd/{channel}").st_mode)
             # A child of the template for code that says async has made its event loop
             # (pyrunner._prepare_loop), after the fork: its epoll and its self-pipe.
-            says_async = uid >= cfg["uid_base"] + cfg["uid_count"] - runner.ASYNC_UIDS
+            says_async = cfg.asyncio
             kinds.add(says_async)
             loop = sorted(set(fds) - {0, 1, 2, channel})
             if says_async:

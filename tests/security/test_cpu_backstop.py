@@ -13,9 +13,9 @@ import pytest
 
 from tests.sandbox.links import NoCtx
 from toolkiln.domain.execution import RunRequest
-from toolkiln.sandbox.js_runner import JavaScriptSandbox
 from toolkiln.sandbox.packages import JsPackageStore
-from toolkiln.sandbox.runner import Limits
+from toolkiln.sandbox.runner import Limits, Sandbox
+from toolkiln.sandbox.sandboxes import javascript_sandbox
 
 BUSY = (
     "function main(p) {\n"
@@ -27,8 +27,8 @@ BUSY = (
 
 
 @pytest.fixture(scope="module")
-def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JavaScriptSandbox]:
-    sb = JavaScriptSandbox(
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
+    sb = javascript_sandbox(
         JsPackageStore(Path(tmp_path_factory.mktemp("js-cpu"))),
         warm=1,
         name="js-cpu",
@@ -38,7 +38,7 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JavaScriptSand
     sb.close()
 
 
-def test_cpu_time_of_earlier_calls_never_ends_a_later_one(sandbox: JavaScriptSandbox) -> None:
+def test_cpu_time_of_earlier_calls_never_ends_a_later_one(sandbox: Sandbox) -> None:
     outcomes = []
     for _ in range(5):  # 0.8 s each: together past the 2 s limit, one alone far under it
         req = RunRequest("javascript", BUSY, "main", {"ms": 800}, 1900, {}, workspace_id="ws")

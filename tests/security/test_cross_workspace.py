@@ -130,8 +130,8 @@ def test_the_event_loop_made_ahead_is_each_calls_own(pair: Pair) -> None:
 
 def worker_pids(rt: Runtime) -> set[int]:
     js = rt.sandboxes["javascript"]
-    low = int(js.config["uid_base"])
-    high = low + int(js.config["uid_count"])
+    low = int(js.uids.first)
+    high = low + int(js.uids.count)
     found = set()
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -157,21 +157,23 @@ def test_a_worker_that_served_one_workspace_never_serves_another(pair: Pair) -> 
     a_tool = a.tool("a-owner", "function main(p) { return { message: 'a' } }")
     b_tool = b.tool("b-owner", "function main(p) { return { message: 'b' } }")
     assert a.invoke(a_tool)["message"] == "a"
-    retired = js.retired_for_another_workspace
+    retired = js.runtime.retired_for_another_workspace
     assert a.invoke(a_tool)["message"] == "a"
-    assert js.retired_for_another_workspace == retired  # the same workspace keeps its worker
+    assert (
+        js.runtime.retired_for_another_workspace == retired
+    )  # the same workspace keeps its worker
     # A's own workers, not the spare: B claims that one (it may have dropped to its uid by
     # now, since V8 starts in the template and a new worker is ready within milliseconds).
     a_workers = owned_by(pair.runtime, a.workspace_id)
     assert a_workers and a_workers <= worker_pids(pair.runtime)
     assert b.invoke(b_tool)["message"] == "b"
-    assert js.retired_for_another_workspace == retired + 1
+    assert js.runtime.retired_for_another_workspace == retired + 1
     deadline = time.monotonic() + 10  # killed at once; gone once the template reaps it
     while a_workers & worker_pids(pair.runtime):
         assert time.monotonic() < deadline, "A's worker is still alive"
         time.sleep(0.01)
     assert a.invoke(a_tool)["message"] == "a"
-    assert js.retired_for_another_workspace == retired + 2
+    assert js.runtime.retired_for_another_workspace == retired + 2
 
 
 RANDOM_TOOL = (

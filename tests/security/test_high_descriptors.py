@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import pytest
 
 from toolkiln.sandbox.jail import protocol
-from toolkiln.sandbox.js_runner import _quiet
+from toolkiln.sandbox.javascript_runtime import _quiet
 from toolkiln.sandbox.pool import WarmChild
 
 

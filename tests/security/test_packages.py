@@ -13,9 +13,9 @@ import pytest
 
 from tests.sandbox.links import analysed
 from toolkiln.domain.code_check import analyse
-from toolkiln.sandbox.js_runner import JavaScriptSandbox
 from toolkiln.sandbox.packages import JsPackageStore, PackageStore
-from toolkiln.sandbox.runner import PythonSandbox
+from toolkiln.sandbox.runner import Sandbox
+from toolkiln.sandbox.sandboxes import javascript_sandbox, python_sandbox
 
 
 class Link:
@@ -32,7 +32,7 @@ class Link:
         self.audits.append(event)
 
 
-def run(sb: PythonSandbox, code: str, timeout_ms: int = 30000, link: Link | None = None):
+def run(sb: Sandbox, code: str, timeout_ms: int = 30000, link: Link | None = None):
     return sb.run(analysed(sb.language, code, timeout_ms), link or Link())
 
 
@@ -41,8 +41,8 @@ def python_imports(code: str) -> tuple[str, ...]:
 
 
 @pytest.fixture(scope="module")
-def python(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PythonSandbox]:
-    sb = PythonSandbox(PackageStore(tmp_path_factory.mktemp("pkgs")), warm=2, name="pkgs-py")
+def python(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
+    sb = python_sandbox(PackageStore(tmp_path_factory.mktemp("pkgs")), warm=2, name="pkgs-py")
     yield sb
     sb.close()
 
@@ -94,7 +94,7 @@ EXPECTED = {"inside-main": "UTC", "conditional": True, "import-module-literal": 
 
 
 @pytest.mark.parametrize("case", sorted(FIRST_CALLS))
-def test_a_listed_package_imports_on_its_first_call(python: PythonSandbox, case: str) -> None:
+def test_a_listed_package_imports_on_its_first_call(python: Sandbox, case: str) -> None:
     package, code = FIRST_CALLS[case]
     root = python.packages.root
     assert not (root / package).exists() and not (root / f"{package}.py").exists()
@@ -106,7 +106,7 @@ def test_a_listed_package_imports_on_its_first_call(python: PythonSandbox, case:
 def test_prepare_installs_ahead_of_the_first_call(tmp_path: Path) -> None:
     store = PackageStore(tmp_path / "pkgs")
     code = "def handle(i, c):\n    from markupsafe import escape\n    return str(escape('<'))"
-    sb = PythonSandbox(store, warm=1, name="pkgs-prep")
+    sb = python_sandbox(store, warm=1, name="pkgs-prep")
     try:
         sb.prepare(python_imports(code))  # what the service calls when code is saved
         deadline = time.monotonic() + 120
@@ -138,7 +138,7 @@ FORGED_REPORT = (
 
 
 def test_a_forged_missing_package_report_installs_nothing_and_reruns_nothing(
-    python: PythonSandbox,
+    python: Sandbox,
 ) -> None:
     link = Link()
     out = run(python, FORGED_REPORT, link=link)
@@ -149,7 +149,7 @@ def test_a_forged_missing_package_report_installs_nothing_and_reruns_nothing(
     assert python.packages._jobs == {}
 
 
-def test_a_computed_import_of_a_listed_package_is_the_tools_error(python: PythonSandbox) -> None:
+def test_a_computed_import_of_a_listed_package_is_the_tools_error(python: Sandbox) -> None:
     code = "import importlib\ndef handle(i, c):\n    return importlib.import_module('bs' + '4')"
     link = Link()
     out = run(python, code, link=link)
@@ -163,7 +163,7 @@ def test_a_computed_import_of_a_listed_package_is_the_tools_error(python: Python
 
 def test_an_install_in_progress_holds_up_only_the_calls_that_need_it(tmp_path: Path) -> None:
     store = PackageStore(tmp_path / "pkgs")
-    sb = PythonSandbox(store, warm=2, name="pkgs-slow")
+    sb = python_sandbox(store, warm=2, name="pkgs-slow")
     pending: Future[str | None] = Future()
     store._jobs["numpy==2.3.5"] = pending  # numpy's install is under way (it never ends here)
     try:
@@ -189,7 +189,7 @@ def test_a_failed_install_is_infra_and_not_retried_by_every_call(
     monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "no-wheels"))
     (tmp_path / "no-wheels").mkdir()
     store = PackageStore(tmp_path / "pkgs")
-    sb = PythonSandbox(store, warm=1, name="pkgs-fail")
+    sb = python_sandbox(store, warm=1, name="pkgs-fail")
     try:
         code = "def handle(i, c):\n    import pytz\n    return 1"
         first = run(sb, code, timeout_ms=20000)
@@ -208,7 +208,7 @@ def test_a_failed_install_is_infra_and_not_retried_by_every_call(
 def test_a_listed_javascript_package_required_inside_a_function_works_at_once(
     tmp_path: Path,
 ) -> None:
-    sb = JavaScriptSandbox(JsPackageStore(tmp_path / "js"), warm=1, name="pkgs-js")
+    sb = javascript_sandbox(JsPackageStore(tmp_path / "js"), warm=1, name="pkgs-js")
     try:
         code = (
             "function handle(i, c) {\n"

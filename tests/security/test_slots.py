@@ -16,7 +16,8 @@ import pytest
 from tests.sandbox.test_shares import groups, pids_of
 from toolkiln.domain.execution import RunOutcome, RunRequest
 from toolkiln.sandbox.packages import PackageStore
-from toolkiln.sandbox.runner import PythonSandbox
+from toolkiln.sandbox.runner import Sandbox
+from toolkiln.sandbox.sandboxes import python_sandbox
 
 WHERE = "import os\ndef handle(i, ctx):\n    return ctx.tools.where({'uid': os.getuid()})\n"
 
@@ -51,7 +52,7 @@ class _Meeting(_Where):
         return here
 
 
-def _together(sb: PythonSandbox) -> list[dict[str, str]]:
+def _together(sb: Sandbox) -> list[dict[str, str]]:
     link = _Meeting()
     outcomes: list[RunOutcome | None] = [None, None]
 
@@ -72,7 +73,7 @@ def _together(sb: PythonSandbox) -> list[dict[str, str]]:
 
 
 def test_two_calls_running_together_never_share_a_cgroup_slot(tmp_path: Path) -> None:
-    sb = PythonSandbox(PackageStore(tmp_path), warm=2, name="slots-test")
+    sb = python_sandbox(PackageStore(tmp_path), warm=2, name="slots-test")
     try:
         cg = sb.cgroups
         assert cg is not None and cg.version is not None
@@ -106,7 +107,7 @@ def test_a_warm_child_waits_outside_the_cpu_slots_and_runs_in_its_own(tmp_path: 
     """A Python child warms up outside its slot's CPU group (beside the service's threads,
     at the warm nice value) and is moved into it when it is taken, before the request that
     carries a call's code is sent: the call's code never runs outside its CPU cap."""
-    sb = PythonSandbox(PackageStore(tmp_path), warm=2, name="warm-cpu-test")
+    sb = python_sandbox(PackageStore(tmp_path), warm=2, name="warm-cpu-test")
     try:
         cg = sb.cgroups
         assert cg is not None
@@ -116,7 +117,7 @@ def test_a_warm_child_waits_outside_the_cpu_slots_and_runs_in_its_own(tmp_path: 
                 "v2 one write moves a process into all of its slot's controllers)"
             )
         prefix = "/toolkiln-warm-cpu-test-u"
-        base, count = int(sb.config["uid_base"]), int(sb.config["uid_count"])
+        base, count = int(sb.uids.first), int(sb.uids.count)
         deadline = time.monotonic() + 20
         warm: list[int] = []
         while time.monotonic() < deadline:  # the warm children, all adopted by the pool

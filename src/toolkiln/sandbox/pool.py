@@ -30,6 +30,7 @@ from typing import Any
 
 from toolkiln.sandbox.cgroups import Cgroups, Handle
 from toolkiln.sandbox.jail import protocol
+from toolkiln.sandbox.jail.config import JailConfig
 
 log = logging.getLogger("toolkiln.sandbox")
 TEMPLATE = Path(__file__).parent / "jail" / "template.py"
@@ -109,7 +110,7 @@ def judge(code: int | None, sig: int | None, oom: bool) -> ExitInfo:
 class _Generation:
     """One started template process: its control socket and what it reported at start."""
 
-    def __init__(self, number: int, config: dict[str, Any], strict: bool) -> None:
+    def __init__(self, number: int, config: JailConfig) -> None:
         self.number = number
         self.alive = False
         self.reader: threading.Thread | None = None  # the pool's thread reading its reports
@@ -117,7 +118,7 @@ class _Generation:
         self.ctl = host
         argv = [sys.executable, "-I", "-S", "-B", str(TEMPLATE)]
         self.proc = subprocess.Popen(
-            [*argv, json.dumps({**config, "strict": strict}), str(child.fileno())],
+            [*argv, config.to_json(), str(child.fileno())],
             pass_fds=[child.fileno()],
             env={},
             stdin=subprocess.DEVNULL,
@@ -159,11 +160,14 @@ class Template:
     """Starts ``jail/template.py``, keeps a queue of warm children from it, and restarts it
     when it dies."""
 
-    config: dict[str, Any]
+    config: JailConfig
     cgroups: Cgroups | None
-    strict: bool = True
     layers: dict[str, Any] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+
+    @property
+    def strict(self) -> bool:
+        return self.config.strict
 
     def __post_init__(self) -> None:
         self._ready: collections.deque[WarmChild] = collections.deque()
@@ -199,7 +203,7 @@ class Template:
     def _start(self) -> None:
         """Start a template process (again); callers see it only once it is ready."""
         self._gens += 1
-        gen = _Generation(self._gens, self.config, self.strict)
+        gen = _Generation(self._gens, self.config)
         layers, problems = gen.layers, gen.problems
         if self.cgroups is None or self.cgroups.version is None:
             problems.append("no cgroup with memory and pids controllers")
@@ -312,7 +316,7 @@ class Template:
             child = WarmChild(int(msg["pid"]), global_pid, pidfd, sock, gen=gen.number, home=self)
             try:
                 if self.cgroups is not None:
-                    cpu = not self.config.get("cpu_when_taken")
+                    cpu = not self.config.cpu_when_taken
                     child.cgroup = self.cgroups.attach(global_pid, cpu=cpu)
             except OSError as exc:
                 log.error("could not put sandbox child in its cgroup: %s", exc)
@@ -390,7 +394,7 @@ class Template:
     def replace(self, child: WarmChild | None = None) -> None:
         """Ask for one more child (a worker was retired); none for a dead template's, and
         none where the end of each child handed out is replaced (``replace_on_exit``)."""
-        if self.config.get("replace_on_exit"):
+        if self.config.replace_on_exit:
             return
         if child is None or (self._gen is not None and child.gen == self._gen.number):
             self._request(1)
@@ -422,7 +426,7 @@ class Template:
         """False if the child ended while it waited (then closed; its end is reported and
         replaced as any other's). Not under the pool's lock: a move between cgroups can wait
         for the kernel (its threadgroup lock)."""
-        if not self.config.get("cpu_when_taken") or self.cgroups is None or child.cgroup is None:
+        if not self.config.cpu_when_taken or self.cgroups is None or child.cgroup is None:
             return True
         try:
             self.cgroups.enter_cpu(child.cgroup, child.global_pid)
@@ -465,7 +469,7 @@ class Template:
                         child = self._ready.popleft()
                         if child.gen == current and child.alive():
                             child.hurry()
-                            if self.config.get("replace_on_exit"):
+                            if self.config.replace_on_exit:
                                 self._served.add((child.gen, child.pid))
                             if replenish:
                                 self._request(1)  # keep the pool warm while this one works

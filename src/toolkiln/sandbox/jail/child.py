@@ -5,9 +5,13 @@ from __future__ import annotations
 import os
 import resource
 import signal
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from config import JailConfig
 
 
-def limits(cfg: dict) -> list[tuple[int, int, int]]:
+def limits(cfg: JailConfig) -> list[tuple[int, int, int]]:
     """(resource, soft, hard) for every rlimit a child gets; set by _spawn.c in each new
     child before any of its Python runs."""
     mb = 1024 * 1024
@@ -15,7 +19,7 @@ def limits(cfg: dict) -> list[tuple[int, int, int]]:
     # limit is for its life (``worker_cpu_s``), and it stops serving before a call could
     # start with less than max_cpu_s of it left (jsrunner.spent): CPU time earlier calls
     # used never cuts a later call short.
-    cpu = int(cfg.get("worker_cpu_s") or cfg["max_cpu_s"])
+    cpu = cfg.worker_cpu_s or cfg.max_cpu_s
     # A backstop: the host's clock ends each call. Tool code may not change RLIMIT_CPU
     # (seccomp), and the hard limit's SIGKILL must never come before the host's deadline, or
     # it would look like a kill from outside (pool.OUTSIDE_SIGNALS): every CPU busy for the
@@ -23,13 +27,13 @@ def limits(cfg: dict) -> list[tuple[int, int, int]]:
     # uid's process needs CAP_SYS_RESOURCE, which the reference host's root lacks.)
     hard = cpu * len(os.sched_getaffinity(0)) + 2
     found = [(resource.RLIMIT_CPU, cpu, hard)]
-    if cfg.get("runtime") != "javascript":
+    if not cfg.javascript:
         # V8 aborts under RLIMIT_AS; JavaScript workers rely on V8's heap limit and the cgroup.
-        found.append((resource.RLIMIT_AS, *(int(cfg["address_space_mb"]) * mb,) * 2))
+        found.append((resource.RLIMIT_AS, *(cfg.address_space_mb * mb,) * 2))
     for res, value in [
-        (resource.RLIMIT_NPROC, int(cfg["max_threads"])),
-        (resource.RLIMIT_NOFILE, int(cfg["max_open_files"])),
-        (resource.RLIMIT_FSIZE, int(cfg["max_file_mb"]) * mb),
+        (resource.RLIMIT_NPROC, cfg.max_threads),
+        (resource.RLIMIT_NOFILE, cfg.max_open_files),
+        (resource.RLIMIT_FSIZE, cfg.max_file_mb * mb),
         (resource.RLIMIT_CORE, 0),
         (resource.RLIMIT_MEMLOCK, 0),
         (resource.RLIMIT_MSGQUEUE, 0),

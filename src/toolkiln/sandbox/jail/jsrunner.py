@@ -15,214 +15,30 @@ import asyncio
 import contextlib
 import functools
 import json
+import os
 import re
 import resource
 import socket
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import protocol
 from pyrunner import result_frame
 
-PRELUDE = r"""
-(() => {
-  const logs = { out: [], err: [], size: 0, dropped: 0 };
-  const cap = __TK_LOG_CAP__;
-  const fmt = (a) => a.map((x) => {
-    if (typeof x === 'string') return x;
-    try { return JSON.stringify(x); } catch (e) { return String(x); }
-  }).join(' ');
-  const push = (stream) => (...a) => {
-    const line = fmt(a) + '\n';
-    if (logs.size + line.length > cap) { logs.dropped += line.length; return; }
-    logs.size += line.length;
-    logs[stream].push(line);
-  };
-  const c = { log: push('out'), info: push('out'), debug: push('out'),
-              warn: push('err'), error: push('err'), trace: push('err') };
-  Object.defineProperty(globalThis, 'console',
-                        { value: Object.freeze(c), writable: false, configurable: false });
-  const stringify = JSON.stringify, parse = JSON.parse;  // captured before any tool code
-  Object.defineProperty(globalThis, '__tk_logs', { value: () => stringify(logs) });
-  Object.defineProperty(globalThis, '__tk_parse', { value: (s) => parse(s) });
-  // Captured before any tool code: the helpers below run in the call's isolate, after
-  // the code may have replaced any global (Error, String, Promise, their prototypes).
-  const NativeError = Error, NativeString = String, NativePromise = Promise;
-  const apply = Reflect.apply, defineOwn = Object.defineProperty;
-  const promiseReject = Promise.reject, toWellFormed = String.prototype.toWellFormed;
-  const sliceString = String.prototype.slice;
-  const clip = (s, n) => apply(toWellFormed, apply(sliceString, s, [0, n]), []);
-  // An Error made here, whose name, message and stack are plain strings of its own: the
-  // stack is what mini-racer reads (and, without one, the value's Python repr).
-  const made = (name, message, stack) => {
-    const e = new NativeError(message);
-    defineOwn(e, 'name', { value: name, writable: true, configurable: true });
-    defineOwn(e, 'stack', { value: stack ?? `${name}: ${message}`, writable: true,
-                            configurable: true });
-    return e;
-  };
-  // What the code threw, as text: its JSON if it has one, else String(e).
-  const described = (e) => {
-    try {
-      const j = stringify(e);
-      if (typeof j === 'string') return clip(j, 2000);
-    } catch (x) {}
-    return clip(NativeString(e), 2000);
-  };
-  // Whatever the code throws leaves the isolate as an Error made here, never the value
-  // itself: a value that is not an Error, or an Error whose stack is not a string, reached
-  // Python as mini-racer's rendering of it (a wrapper's Python repr with a heap address in
-  // it, "None", "JSUndefined"), and a BigInt there left mini-racer's await unsettled
-  // (tests/security/test_js_thrown_values.py). Each property is read once (a getter answers
-  // once), and text is made well-formed (a lone surrogate breaks the engine's conversion).
-  defineOwn(globalThis, '__tk_wellformed', { value: (e) => {
-    try {
-      if (typeof e === 'bigint') return made('Error', `${e}n`);
-      if (e === null || (typeof e !== 'object' && typeof e !== 'function')) {
-        return made('Error', clip(NativeString(e), 2000));
-      }
-      const message = e.message, name = e.name, stack = e.stack;
-      if (typeof message !== 'string') return made('Error', described(e));
-      return made(typeof name === 'string' && name ? clip(name, 100) : 'Error',
-                  clip(message, 2000), typeof stack === 'string' ? clip(stack, 16384) : undefined);
-    } catch (x) {
-      return made('Error', 'the thrown value cannot be read');
-    }
-  } });
-  // A rejected promise of the engine's own, whatever the code did to Promise.
-  defineOwn(globalThis, '__tk_reject', {
-    value: (e) => apply(promiseReject, NativePromise, [__tk_wellformed(e)]),
-  });
-  // A value JSON cannot spell (a BigInt, a cycle, a throwing toJSON) is the code's result
-  // error, not a runtime error: it is reported with a prefix no JSON text starts with.
-  Object.defineProperty(globalThis, '__tk_finish', { value: (v) => {
-    try { return stringify(v === undefined ? null : v); }
-    catch (e) { return '!' + String(e && e.message).slice(0, 300); }
-  } });
-  for (const name of ['setTimeout', 'clearTimeout', 'setInterval', 'clearInterval',
-                      'SharedArrayBuffer', 'Atomics', 'WebAssembly', '__TimerManager']) {
-    try { delete globalThis[name]; } catch (e) {}
-    if (name in globalThis) { try { globalThis[name] = undefined; } catch (e) {} }
-  }
-})();
-"""
+if TYPE_CHECKING:
+    from config import JailConfig
 
-# Made while the worker is idle, with the isolate (``Fresh``): everything of a call that does
-# not depend on its code or input, so a call returning at once crosses from Python to V8
-# three times (its code, its entry, its report; one more to take the ctx queue if the entry
-# returns a promise, and one per ctx call to answer it). Strings cross from V8 to Python
-# only as JSON text made by the JSON.stringify captured here (it escapes lone surrogates,
-# which the engine's own string conversion cannot pass).
-SETUP = """(listedJson, entries) => {
-  const stringify = JSON.stringify, parse = JSON.parse, freeze = Object.freeze;
-  let issued = 0;  // ctx calls this call made
-  // A ctx call is queued with a promise of its answer; the worker takes the queue after the
-  // call's entry and after each answer (__tk_take), makes the calls and answers each
-  // (__tk_answer), until none is left: no host callback is wrapped into the isolate
-  // (docs/decisions/115-javascript-ctx-queue.md).
-  const queue = [], waiting = new Map();
-  let last = 0;
-  const encode = (input) => stringify(input === undefined ? null : input);
-  const call = (name, input) => {
-    issued += 1;
-    const request = [last + 1, stringify(String(name)), encode(input)];  // may throw: now
-    if (request[2] === undefined) {  // a function, a symbol: nothing JSON can spell
-      return Promise.reject(new TypeError('a ctx call takes what JSON can spell'));
-    }
-    last += 1;
-    queue.push(request);
-    return new Promise((ok, no) => { waiting.set(last, [ok, no]); }).then((r) => parse(r));
-  };
-  // Any name is a tool, but for those the language itself asks an object for: 'then' (so
-  // awaiting ctx.tools does not call a tool named then, and hang), 'toJSON'
-  // (JSON.stringify(ctx)), 'toString' and 'valueOf' (String(ctx.tools)), and the like.
-  const notTools = new Set(['then', 'toJSON', 'toString', 'valueOf', 'constructor', 'inspect']);
-  const tools = new Proxy({}, {
-    get: (_, name) => (typeof name === 'string' && !notTools.has(name)
-      ? (input) => call(name, input) : undefined),
-  });
-  const audit = (event, data) =>
-    call('__audit__', [event, data === undefined ? null : data]).then(() => undefined);
-  const listed = parse(listedJson), cache = {};
-  let sources = {};
-  const has = (o, k) => Object.prototype.hasOwnProperty.call(o, k);
-  const require = (name) => {
-    if (has(cache, name)) return cache[name];
-    if (!has(sources, name)) {
-      throw new Error(`Cannot find module '${name}'. Tools can require: ${listed.join(', ')}`);
-    }
-    const module = { exports: {} };
-    (new Function('module', 'exports', 'require', sources[name]))(module, module.exports, require);
-    cache[name] = module.exports;
-    return module.exports;
-  };
-  const define = (name, value) => Object.defineProperty(globalThis, name, { value });
-  // At most 64 calls, or what passes 1 MiB of text, taken at once.
-  define('__tk_take', () => {
-    let n = 0, size = 0;
-    while (n < queue.length && n < 64 && (n === 0 || size + queue[n][2].length <= 1048576)) {
-      size += queue[n][2].length;
-      n += 1;
-    }
-    return stringify(queue.splice(0, n));
-  });
-  define('__tk_answer', (id, ok, text) => {
-    const pair = waiting.get(id);
-    if (pair === undefined) return;
-    waiting.delete(id);
-    if (ok) pair[0](text); else pair[1](new Error(text));
-  });
-  define('require', require);
-  define('__tk_default', (m) => (m && m.__esModule && 'default' in m ? m.default : m));
-  define('__tk_modules', (s) => { sources = parse(s); });
-  // A value returned at once (no promise, no ctx call in flight) is kept for __tk_report,
-  // read once the microtasks the call queued have run (as after an await); anything else
-  // is a promise: the text it resolved to is kept too (__tk_done), read once the worker
-  // has answered the ctx calls; one rejected, or still waiting, is awaited by the worker.
-  let done = false, kept, outcome = null;  // done: a value was returned at once
-  const begin = (info) => {
-    issued = 0; outcome = null;
-    return freeze({ ...parse(info), tools, audit });
-  };
-  const settle = (v) => {
-    if (issued === 0 && !(v !== null && (typeof v === 'object' || typeof v === 'function')
-                          && 'then' in v)) {
-      done = true; kept = v; return null;
-    }
-    const settled = (async () => {
-      try { return __tk_finish(await v); } catch (e) { throw __tk_wellformed(e); }
-    })();
-    settled.then((text) => { outcome = text; }, () => {});
-    return settled;
-  };
-  // For a promise: the ctx calls waiting to be taken, the logs, the text it resolved to
-  // ('' while it has not): one read.
-  define('__tk_done', () => `${queue.length}\\n${__tk_logs()}\\n${outcome ?? ''}`);
-  for (const [name, make] of Object.entries(entries)) define(name, make(begin, settle));
-  // The ctx calls issued since (by the microtasks), the logs, the value: one read.
-  define('__tk_report', () => `${issued}\\n${__tk_logs()}\\n${done ? __tk_finish(kept) : 'null'}`);
-  // V8 compiles a function when it first runs: run a call's own path once now, while the
-  // worker is idle, with an entry of ours defined for it alone (no tool code is here yet).
-  // Nothing of it is kept: the entry is deleted, a call begins afresh, the report resets.
-  for (const name of Object.keys(entries)) {
-    const entry = name.slice('__tk_run_'.length);
-    globalThis[entry] = () => null;
-    globalThis[name]('{}', '{}');
-    delete globalThis[entry];
-  }
-  __tk_report();
-  done = false; kept = undefined;
-}"""
 
-# One per entry point, so an error names it as the code wrote it ("main is not defined").
-# What the code throws is made well-formed text before the engine converts it for Python
-# (a lone surrogate in an error's name or message would break that conversion).
-ENTRY = """(begin, settle) => (input, info) => {
-  const ctx = begin(info);
-  let v;
-  try { v = __ENTRY__(__tk_parse(input), ctx); return settle(v); }
-  catch (e) { return __tk_reject(e); }
-}"""
+def _source(name: str) -> str:
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "js", f"{name}.js")) as f:
+        return f.read()
+
+
+# The JavaScript of every call's context, in files of its own (js/): the prelude, the
+# set-up made while the worker is idle, and the wrapper of each entry point. Read once,
+# when the template imports this module (before its new root hides the host's files).
+PRELUDE, SETUP, ENTRY = (_source(name) for name in ("prelude", "setup", "entry"))
+
 ENTRIES = ("main", "handle")
 
 
@@ -519,18 +335,18 @@ async def _settle() -> None:
         await asyncio.gather(*pending, return_exceptions=True)
 
 
-def serve(sock: socket.socket, cfg: dict, mr_module: object, link_factory) -> None:
+def serve(sock: socket.socket, cfg: JailConfig, mr_module: object, link_factory) -> None:
     """Serve calls until the host closes the control channel (or kills us).
 
     The control channel only ever carries one byte per call with the call's own channel
     attached (SCM_RIGHTS); the call's request, ctx frames and result travel on that channel,
     which is closed when the call ends, so no byte of one call can be read by the next."""
-    heap = int(cfg.get("js_heap_mb", 128)) * 1024 * 1024
-    listed = list(cfg.get("js_listed") or [])
+    heap = cfg.js_heap_mb * 1024 * 1024
+    listed = list(cfg.js_listed)
     loop = asyncio.new_event_loop()
     fresh = loop.run_until_complete(_prepare(mr_module, heap, listed))
     spent: list[Fresh] = []  # used isolates, not yet closed (one at most between calls)
-    if cfg.get("warm_up", True):
+    if cfg.warm_up:
         used = _rehearse(cfg, mr_module, link_factory, heap, listed, loop, fresh)
         if used is not None:
             spent.append(used)
@@ -545,7 +361,7 @@ def serve(sock: socket.socket, cfg: dict, mr_module: object, link_factory) -> No
         # The host made it with socketpair(AF_UNIX, SOCK_STREAM) (js_runner._open_channel):
         # named here, so the socket module does not ask the kernel (three syscalls a call).
         chan = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, 0, fileno=fds[0])
-        link = link_factory(chan, int(cfg["max_reply_bytes"]))
+        link = link_factory(chan, cfg.max_reply_bytes)
         box = [fresh]  # the call's isolate: used by this call alone, closed after it
         try:
             _answer(chan, cfg, mr_module, link, heap, listed, loop, box, sock)
@@ -571,7 +387,7 @@ REHEARSAL = {
 }
 
 
-def _rehearse(cfg: dict, mr_module: object, link_factory, heap, listed, loop, fresh):
+def _rehearse(cfg: JailConfig, mr_module: object, link_factory, heap, listed, loop, fresh):
     """A call of the worker's own, on a channel of its own, through the whole path a call
     takes (its request read, an isolate's run, its report sent) before any caller's: a
     fresh worker's first call paid its first touches (copy-on-write of the engine's and the
@@ -583,7 +399,7 @@ def _rehearse(cfg: dict, mr_module: object, link_factory, heap, listed, loop, fr
     try:
         with contextlib.suppress(Exception):  # a rehearsal that fails costs nothing else
             protocol.send(theirs, REHEARSAL)
-            link = link_factory(mine, int(cfg["max_reply_bytes"]))
+            link = link_factory(mine, cfg.max_reply_bytes)
             _answer(mine, cfg, mr_module, link, heap, listed, loop, box)
     finally:
         mine.close()
@@ -591,13 +407,13 @@ def _rehearse(cfg: dict, mr_module: object, link_factory, heap, listed, loop, fr
     return box[0]
 
 
-def spent(cfg: dict) -> bool:
+def spent(cfg: JailConfig) -> bool:
     """Whether this worker's CPU time (its RLIMIT_CPU is for its whole life, child.py) has
     less than one call's limit left: a next call could be killed for time it did not use."""
-    if not cfg.get("worker_cpu_s"):
+    if not cfg.worker_cpu_s:
         return False
     use = resource.getrusage(resource.RUSAGE_SELF)
-    return use.ru_utime + use.ru_stime > int(cfg["worker_cpu_s"]) - int(cfg["max_cpu_s"])
+    return use.ru_utime + use.ru_stime > cfg.worker_cpu_s - cfg.max_cpu_s
 
 
 def _closed(sock: socket.socket) -> bool:
@@ -605,9 +421,9 @@ def _closed(sock: socket.socket) -> bool:
 
 
 def _answer(
-    chan: socket.socket, cfg: dict, mr_module: object, link, heap, listed, loop, box, ctl=None
+    chan: socket.socket, cfg: JailConfig, mr_module: object, link, heap, listed, loop, box, ctl=None
 ):
-    req = link.reader.recv(int(cfg["max_request_bytes"]))
+    req = link.reader.recv(cfg.max_request_bytes)
     if not isinstance(req, dict) or req.get("op") != protocol.RUN:
         return
     link.run = req.get("run")
@@ -623,4 +439,4 @@ def _answer(
         # Before the report: the host, which gives a worker back only while its control
         # channel is silent, sees this close once it has read the report, and retires us.
         ctl.close()
-    chan.sendall(result_frame(report, link.run, int(cfg["max_result_bytes"])))
+    chan.sendall(result_frame(report, link.run, cfg.max_result_bytes))

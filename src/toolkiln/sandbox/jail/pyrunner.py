@@ -16,9 +16,12 @@ import sys
 import warnings
 from collections.abc import Iterator
 from types import CodeType, FunctionType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import protocol
+
+if TYPE_CHECKING:
+    from config import JailConfig
 
 TOOL_FILE = "<tool>"
 # What a tool usually returns, never awaitable (inspect.isawaitable asks the Awaitable ABC).
@@ -394,25 +397,25 @@ def _warm_up(link: _Link, finder: PackageFinder) -> None:
     result_frame(report, None, sys.maxsize)
 
 
-def jail_paths(cfg: dict) -> None:
+def jail_paths(cfg: JailConfig) -> None:
     """Tool code imports from the standard library and /pkgs only. The template sets this
     once before it forks: a child that cleared the finder cache itself paid ~100
     copy-on-write page faults freeing it (docs/decisions/101-fewer-pages-written-per-child.md); a
     child only re-checks."""
-    wanted = [*cfg["stdlib_paths"], "/pkgs"]
+    wanted = [*cfg.stdlib_paths, "/pkgs"]
     if sys.path != wanted:
         sys.path[:] = wanted
         sys.path_importer_cache.clear()
 
 
-def serve(sock: socket.socket, cfg: dict) -> None:
+def serve(sock: socket.socket, cfg: JailConfig) -> None:
     """Prepare, wait for the one request of this child's life, run it, report, exit."""
-    out, err = CappedText(int(cfg["max_log_bytes"])), CappedText(int(cfg["max_log_bytes"]))
-    finder = PackageFinder(cfg.get("curated", {}))
+    out, err = CappedText(cfg.max_log_bytes), CappedText(cfg.max_log_bytes)
+    finder = PackageFinder(cfg.curated)
     jail_paths(cfg)
     sys.meta_path.append(finder)
-    link = _Link(sock, int(cfg["max_reply_bytes"]))
-    if cfg.get("warm_up", True):
+    link = _Link(sock, cfg.max_reply_bytes)
+    if cfg.warm_up:
         _warm_up(link, finder)
         _prepare_loop()
     sock.sendall(_answer(link, out, err, finder, cfg))
@@ -421,10 +424,10 @@ def serve(sock: socket.socket, cfg: dict) -> None:
 
 
 def _answer(
-    link: _Link, out: CappedText, err: CappedText, finder: PackageFinder, cfg: dict
+    link: _Link, out: CappedText, err: CappedText, finder: PackageFinder, cfg: JailConfig
 ) -> bytes:
     """The request read from ``link``, run, and its result frame."""
-    req = link.reader.recv(int(cfg["max_request_bytes"]))
+    req = link.reader.recv(cfg.max_request_bytes)
     link.run = req.get("run")
     sys.stdout, sys.stderr = out, err
     try:
@@ -437,7 +440,7 @@ def _answer(
         stdout=out.text(),
         stderr=err.text(),
     )
-    return result_frame(report, link.run, int(cfg["max_result_bytes"]))
+    return result_frame(report, link.run, cfg.max_result_bytes)
 
 
 # CPython 3.11 quickens a code object once it has started (or jumped back in a loop) 8
@@ -450,7 +453,7 @@ REHEARSALS = 30
 REHEARSAL_WAIT_S = 5.0  # a socket of the rehearsal's own: never a hang at start-up
 
 
-def rehearse(cfg: dict, times: int = REHEARSALS) -> None:
+def rehearse(cfg: JailConfig, times: int = REHEARSALS) -> None:
     """Run a child's whole path (the warm-up, a request read from a socket, the sample tool
     run, its result frame) in the template, before it forks: the interpreter's first-run
     work on the runner's code (quickening, specialising, the method cache) is then done
@@ -471,7 +474,7 @@ def rehearse(cfg: dict, times: int = REHEARSALS) -> None:
         samples.append({**_ASYNC_SAMPLE, "compiled": _compile_only(_ASYNC_SAMPLE)["value"]})
     run = {"op": protocol.RUN, "run": "rehearsal", "timeout_ms": 1000, "context": {}}
     frames = [protocol.encode({**sample, **run}) for sample in samples]
-    finder = PackageFinder(cfg.get("curated", {}))
+    finder = PackageFinder(cfg.curated)
     try:
         for _ in range(times):
             for frame in frames:
@@ -480,9 +483,9 @@ def rehearse(cfg: dict, times: int = REHEARSALS) -> None:
                     mine.settimeout(REHEARSAL_WAIT_S)
                     host.settimeout(REHEARSAL_WAIT_S)
                     host.sendall(frame)
-                    link = _Link(mine, int(cfg["max_reply_bytes"]))
-                    out = CappedText(int(cfg["max_log_bytes"]))
-                    err = CappedText(int(cfg["max_log_bytes"]))
+                    link = _Link(mine, cfg.max_reply_bytes)
+                    out = CappedText(cfg.max_log_bytes)
+                    err = CappedText(cfg.max_log_bytes)
                     _warm_up(link, finder)
                     if frame is not frames[0]:
                         _prepare_loop()
@@ -490,7 +493,7 @@ def rehearse(cfg: dict, times: int = REHEARSALS) -> None:
                         mine.sendall(_answer(link, out, err, finder, cfg))
                     finally:
                         _RUNNER = None  # closed by the run; each child makes its own
-                    report = protocol.Reader(host).recv(int(cfg["max_result_bytes"]))
+                    report = protocol.Reader(host).recv(cfg.max_result_bytes)
                     if report.get("kind") != "return":
                         raise RuntimeError(f"a rehearsal's sample did not return: {report}")
     finally:

@@ -39,6 +39,7 @@ import linux
 import protocol
 import pyrunner
 import seccomp
+from config import JailConfig
 
 # The JavaScript runner (and asyncio with it) is imported by a JavaScript template only:
 # in a Python template it made every fork copy asyncio's modules and libraries whether or
@@ -55,9 +56,9 @@ def scratch_root(uid: int) -> str:
     return f"/tmp/{uid}/s"
 
 
-def scratch_options(cfg: dict) -> str:
+def scratch_options(cfg: JailConfig) -> str:
     """A uid's scratch tmpfs: root's directory (0711) with its caps in bytes and files."""
-    return f"size={int(cfg['scratch_mb'])}m,nr_inodes={int(cfg['scratch_files'])},mode=0711"
+    return f"size={cfg.scratch_mb}m,nr_inodes={cfg.scratch_files},mode=0711"
 
 
 def _bind_fd(fd: int, target: str, layers: dict) -> None:
@@ -72,12 +73,12 @@ def _bind_fd(fd: int, target: str, layers: dict) -> None:
     layers.setdefault("binds", []).append(target)
 
 
-def _build_root(cfg: dict, layers: dict) -> None:
+def _build_root(cfg: JailConfig, layers: dict) -> None:
     linux.mount(None, "/", None, linux.MS_REC | linux.MS_PRIVATE)
-    binds = cfg.get("binds", {})  # jail path -> host path, for what must not keep its own path
+    binds = cfg.binds  # jail path -> host path, for what must not keep its own path
     sources = {
         p: os.open(p, os.O_PATH | os.O_DIRECTORY)
-        for p in [*cfg["ro_paths"], cfg["packages_dir"], *binds.values()]
+        for p in [*cfg.ro_paths, cfg.packages_dir, *binds.values()]
         if os.path.isdir(p) and not os.path.islink(p)
     }
     # A private /tmp of this namespace holds the new root; the host's /tmp is untouched.
@@ -85,16 +86,16 @@ def _build_root(cfg: dict, layers: dict) -> None:
     os.makedirs(NEW_ROOT)
     linux.mount("tmpfs", NEW_ROOT, "tmpfs", linux.MS_NOSUID | linux.MS_NODEV, "size=1m,mode=0755")
     r = NEW_ROOT
-    for path in cfg["ro_paths"]:
+    for path in cfg.ro_paths:
         if os.path.islink(path):
             os.makedirs(os.path.dirname(r + path), exist_ok=True)
             os.symlink(os.readlink(path), r + path)
         elif path in sources:
             _bind_fd(sources.pop(path), r + path, layers)
-    _bind_fd(sources.pop(cfg["packages_dir"]), r + "/pkgs", layers)
+    _bind_fd(sources.pop(cfg.packages_dir), r + "/pkgs", layers)
     for target, source in binds.items():
         _bind_fd(sources.pop(source), r + target, layers)
-    for path in cfg.get("hidden", []):
+    for path in cfg.hidden:
         # Host packages beside the standard library: an empty read-only mount over each.
         if os.path.isdir(r + path):
             ro = linux.MS_RDONLY | linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC
@@ -116,8 +117,8 @@ def _build_root(cfg: dict, layers: dict) -> None:
     # that uid can reach it. Mounted at /tmp/<uid> itself, any child could statvfs and stat
     # another uid's scratch, and so watch another workspace's running call: bytes and files
     # written, when last (until 2026-12-06; tests/security/test_scratch_privacy.py).
-    base = int(cfg["uid_base"])
-    for uid in range(base, base + int(cfg["uid_count"])):
+    base = cfg.uid_base
+    for uid in range(base, base + cfg.uid_count):
         os.mkdir(f"{r}/tmp/{uid}")
         os.chown(f"{r}/tmp/{uid}", 0, uid)
         os.chmod(f"{r}/tmp/{uid}", 0o710)  # noqa: S103 (the uid's group may only pass)
@@ -136,7 +137,7 @@ def _build_root(cfg: dict, layers: dict) -> None:
     layers["readonly_root"] = True
 
 
-def _setup(cfg: dict, ctl: socket.socket) -> dict:
+def _setup(cfg: JailConfig, ctl: socket.socket) -> dict:
     """Every layer that fails is either fatal (strict) or reported as off (insecure mode)."""
     layers: dict = {"namespaces": []}
     problems = []
@@ -171,7 +172,7 @@ def _setup(cfg: dict, ctl: socket.socket) -> dict:
     own = None
     try:
         layers["seccomp"] = "allowlist"
-        if cfg.get("runtime") == "javascript":
+        if cfg.javascript:
             installer = seccomp.Installer()  # a worker installs the whole allowlist itself
         else:
             # A Python child would make the kernel compile the whole allowlist again (~0.2 ms
@@ -200,7 +201,7 @@ class Template:
 
     def __init__(
         self,
-        cfg: dict,
+        cfg: JailConfig,
         ctl: socket.socket,
         installer: seccomp.Installer | None,
         own_tmp: bool = True,
@@ -212,7 +213,7 @@ class Template:
         # a new directory per child in it. Else (insecure mode without a mount namespace)
         # it is the host's, a directory per uid.
         self.own_tmp = own_tmp
-        self.javascript = cfg.get("runtime") == "javascript"
+        self.javascript = cfg.javascript
 
     def loop(self) -> None:
         """Make, hand over and reap children until the host stops (or goes); in a new
@@ -223,12 +224,12 @@ class Template:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         made = _spawn.serve(
             ctl=self.ctl.fileno(),
-            uid_base=int(self.cfg["uid_base"]),
-            uid_count=int(self.cfg["uid_count"]),
-            warm=int(self.cfg["warm"]),
+            uid_base=self.cfg.uid_base,
+            uid_count=self.cfg.uid_count,
+            warm=self.cfg.warm,
             javascript=self.javascript,
             own_tmp=self.own_tmp,
-            warm_nice=int(self.cfg.get("warm_nice") or 0),
+            warm_nice=self.cfg.warm_nice,
             limits=child.limits(self.cfg),  # once: the template's CPUs are its children's
             drop=os.geteuid() == 0,
             seccomp=self.installer.program if self.installer is not None else None,
@@ -400,7 +401,7 @@ def _start_v8() -> None:
 
 def main() -> None:
     global _mini_racer, jsrunner
-    cfg = json.loads(sys.argv[1])
+    cfg = JailConfig.from_json(sys.argv[1])
     ctl = socket.socket(fileno=int(sys.argv[2]))
     # What the template was started with names host paths (the repository, the venv, the
     # data directory) and holds its whole configuration; every child would show it to the
@@ -408,29 +409,29 @@ def main() -> None:
     # tests/security/test_jail_surface.py).
     sys.argv, sys.orig_argv = [""], []
     sys.executable = sys._base_executable = ""  # type: ignore[attr-defined]
-    if cfg.get("runtime") == "javascript":
+    if cfg.javascript:
         with pyrunner.without_ssl():  # jsrunner imports asyncio
             import jsrunner as js
 
         jsrunner = js
     # The Python template for code that says async preloads asyncio too (runner.py).
-    python_preload = pyrunner.ASYNC_PRELOAD if cfg.get("asyncio") else pyrunner.PRELOAD
-    pyrunner.preload(cfg.get("preload") or python_preload)
+    python_preload = pyrunner.ASYNC_PRELOAD if cfg.asyncio else pyrunner.PRELOAD
+    pyrunner.preload(list(cfg.preload) or python_preload)
     heap = linux.anonymous_ranges()  # before the new root hides /proc
     notes: list[str] = []  # for the host's log: what went wrong but is not a problem
     state = _setup(cfg, ctl)
-    if cfg.get("runtime") == "javascript":
+    if cfg.javascript:
         # Imported from inside the new root (where the engine is bound at /engine), so the
         # engine finds its library and ICU data there.
         jailed = os.path.isdir("/engine/py_mini_racer")
-        sys.path.insert(0, "/engine" if jailed else cfg["js_engine_parent"])
+        sys.path.insert(0, "/engine" if jailed else cfg.js_engine_parent)
         import py_mini_racer
 
         _mini_racer = py_mini_racer
         _start_v8()
     else:
         pyrunner.jail_paths(cfg)
-        if cfg.get("warm_up", True):
+        if cfg.warm_up:
             try:
                 pyrunner.rehearse(cfg)  # the runner's code quickened once, not in every child
             except Exception as exc:  # a speed-up only: the children then do it themselves
@@ -440,7 +441,7 @@ def main() -> None:
     # every inherited object page.
     gc.collect()
     gc.freeze()
-    if cfg.get("runtime") != "javascript":
+    if not cfg.javascript:
         # What every fork copies: the heap's page-table entries. Made of 2 MiB folios, they
         # are copied in batches (the template's own writes split the huge mappings at once,
         # the folios stay): template tree CPU -0.1 to -0.2 ms per call when it was larger
@@ -460,7 +461,7 @@ def main() -> None:
     if notes:
         hello["notes"] = notes
     ctl.send(json.dumps(hello).encode())
-    if not ok and cfg.get("strict", True):
+    if not ok and cfg.strict:
         sys.exit(3)
     own_tmp = bool(state["layers"].get("readonly_root"))
     Template(cfg, ctl, state["installer"], own_tmp).loop()
