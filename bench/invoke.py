@@ -8,7 +8,10 @@ minus one making none, divided by 50), GET /healthz; then BENCH_CONCURRENCY clie
 (default 16) invoking the Python tool for BENCH_SECONDS (default 10). Then it reads the
 memory of the service and its sandbox processes, stops the service, and runs the baselines:
 a fresh `python3 -I -S` per call, a Node worker thread + vm per call, and a bare FastAPI
-route (the HTTP floor).
+route (the HTTP floor). Last, the runner shapes side by side (CONTRACT 12): the embedded
+default (the runner `serve` starts, on a Unix socket) against a `toolkiln runner` of its own
+reached over loopback TCP, each measured in turn on a service of its own (BENCH_SEQ
+sequential calls of the Python and JavaScript tools, the ctx round trip).
 
 Nothing here is part of the test run; it prints its figures and exits.
 """
@@ -56,9 +59,47 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_service(data: Path, port: int) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "TOOLKILN_DATA_DIR": str(data), "TOOLKILN_BOOTSTRAP_TOKEN": TOKEN}
-    exe = Path(sys.executable).parent / "toolkiln"
+EXE = Path(sys.executable).parent / "toolkiln"
+RUNNER_TOKEN = "bench-runner-token"
+
+
+def start_runner(data: Path, port: int) -> subprocess.Popen[bytes]:
+    """A ``toolkiln runner`` on loopback TCP; returns once it listens."""
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": os.environ.get("HOME", "/"),
+        "TOOLKILN_DATA_DIR": str(data),
+        "TOOLKILN_RUNNER_TOKEN": RUNNER_TOKEN,
+    }
+    log = data.parent / "runner.log"
+    data.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(
+        [str(EXE), "runner", "--listen", f"127.0.0.1:{port}"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("wb"),
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if "runner listening on" in log.read_text(errors="replace"):
+            return proc
+        if proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    proc.kill()
+    raise SystemExit(f"the runner did not start: {log.read_text(errors='replace')[-2000:]}")
+
+
+def start_service(
+    data: Path, port: int, extra: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        "TOOLKILN_DATA_DIR": str(data),
+        "TOOLKILN_BOOTSTRAP_TOKEN": TOKEN,
+        **(extra or {}),
+    }
+    exe = EXE
     proc = subprocess.Popen(
         [str(exe), "serve", "--port", str(port)],
         env=env,
@@ -188,7 +229,70 @@ def table(
     return rows
 
 
+def shape(tmp: Path, remote: bool) -> dict[str, object]:
+    """Sequential Python and JavaScript calls and the ctx round trip on a service whose
+    runner is its own (embedded) or a ``toolkiln runner`` over loopback TCP."""
+    runner = None
+    extra: dict[str, str] = {}
+    if remote:
+        rport = free_port()
+        runner = start_runner(tmp / "runner" / "data", rport)
+        extra = {"TOOLKILN_RUNNERS": f"127.0.0.1:{rport}", "TOOLKILN_RUNNER_TOKEN": RUNNER_TOKEN}
+    port = free_port()
+    proc = start_service(tmp / "api", port, extra)
+    try:
+        c = Conn(port, TOKEN)
+        ws = c.call("GET", "/v1/workspaces")[1]["data"][0]["id"]
+        out: dict[str, object] = {}
+        py = create(c, ws, "bench-python", "python", PY_TOOL)
+        js = create(c, ws, "bench-js", "javascript", JS_TOOL)
+        schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
+        loop = create(c, ws, "bench-ctx", "python", CTX_TOOL, input_schema=schema)
+        out["python"] = sequential(c, py, {"input": {}}, N_SEQ)
+        out["javascript"] = sequential(c, js, {"input": {}}, N_SEQ)
+        with_calls, without = [], []
+        for _ in range(30):
+            with_calls.append(timed(c, "POST", loop, {"input": {"n": CTX_CALLS}}))
+            without.append(timed(c, "POST", loop, {"input": {"n": 0}}))
+        out["ctx_ms"] = (statistics.median(with_calls) - statistics.median(without)) / CTX_CALLS
+        c.close()
+        return out
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+        if runner is not None:
+            runner.terminate()
+            runner.wait(timeout=60)
+
+
+def shapes_table() -> list[str]:
+    """The embedded default and a runner over loopback TCP, side by side."""
+    with tempfile.TemporaryDirectory(prefix="toolkiln-bench-shapes-") as tmp:
+        embedded = shape(Path(tmp) / "embedded", remote=False)
+        tcp = shape(Path(tmp) / "tcp", remote=True)
+    rows = [
+        "| figure | embedded runner (Unix socket) | runner over loopback TCP | TCP - embedded |",
+        "|---|---|---|---|",
+    ]
+    for name in ("python", "javascript"):
+        a, b = embedded[name], tcp[name]
+        assert isinstance(a, list) and isinstance(b, list)
+        rows.append(
+            f"| {name} tool over HTTP, p50 / p99 | {pct(a, 0.5):.2f} / {pct(a, 0.99):.2f} ms "
+            f"| {pct(b, 0.5):.2f} / {pct(b, 0.99):.2f} ms | {pct(b, 0.5) - pct(a, 0.5):+.2f} ms p50 |"
+        )
+    e, t = embedded["ctx_ms"], tcp["ctx_ms"]
+    assert isinstance(e, float) and isinstance(t, float)
+    rows.append(
+        f"| one `ctx.tools.calculate` round trip | {e:.3f} ms | {t:.3f} ms | {t - e:+.3f} ms |"
+    )
+    return rows
+
+
 def main() -> None:
+    if os.environ.get("BENCH_ONLY") == "shapes":  # the runner shapes alone
+        print("\n".join(shapes_table()))
+        return
     load = os.getloadavg()
     print(
         f"machine: {os.cpu_count()} cores, load average {load[0]:.2f}; python {sys.version.split()[0]}"
@@ -213,6 +317,8 @@ def main() -> None:
     memory = measured["memory"]
     assert isinstance(memory, dict)
     print("\n".join(density.lines(memory)))
+    print()
+    print("\n".join(shapes_table()))
 
 
 if __name__ == "__main__":

@@ -152,10 +152,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @contextmanager
 def own_service(
-    data_dir: Path, token: str, **settings: Any
+    data_dir: Path, token: str, *, hosted: bool = True, **settings: Any
 ) -> Iterator[tuple[Runtime, TestClient, Principal]]:
-    """A service of a test module's own (SQLite), with an admin token of the given value."""
-    rt = build(Settings(data_dir=data_dir, **settings))
+    """A service of a test module's own (SQLite), with an admin token of the given value.
+    ``hosted``: its runner is served from the test's process (behind the same gRPC), so the
+    test can look inside its sandboxes (``rt.sandboxes``); else a runner process of its own,
+    as ``toolkiln serve`` starts it."""
+    rt = build(Settings(data_dir=data_dir, **settings), hosted=hosted)
     try:
         rt.services.access.bootstrap(token)
         who = rt.services.access.authenticate(token)

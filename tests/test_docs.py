@@ -7,12 +7,12 @@ import re
 from tests.conftest import ROOT
 from tests.deploy.podman import documented_run
 from toolkiln.cli.main import _parser
-from toolkiln.config import Settings
+from toolkiln.config import RunnerSettings, Settings
 
 
 def test_every_setting_is_documented() -> None:
     text = (ROOT / "docs" / "configuration.md").read_text()
-    for name in Settings.model_fields:
+    for name in [*Settings.model_fields, *RunnerSettings.model_fields]:
         assert f"`TOOLKILN_{name.upper()}`" in text, name
 
 

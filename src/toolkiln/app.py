@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,11 +24,10 @@ from toolkiln.config import Settings
 from toolkiln.domain.opaque import KEY_BYTES, Positions
 from toolkiln.domain.schema import use_searcher
 from toolkiln.mcp_server.http import McpHttp
+from toolkiln.runners.fleet import Fleet, RemoteRunner
+from toolkiln.runners.local import LocalRunner, channel_credentials
 from toolkiln.sandbox import patterns
 from toolkiln.sandbox.checks import CheckerPool
-from toolkiln.sandbox.packages import JsPackageStore, PackageStore
-from toolkiln.sandbox.runner import Limits
-from toolkiln.sandbox.sandboxes import javascript_sandbox, python_sandbox
 from toolkiln.services.access import AccessService
 from toolkiln.services.agents import AgentService
 from toolkiln.services.analysis import CachedAnalyser
@@ -57,13 +56,16 @@ log = logging.getLogger("toolkiln")
 
 @dataclass(slots=True)
 class Runtime:
-    """Everything a running Toolkiln holds, so that it can be closed in one place."""
+    """Everything a running Toolkiln holds, so that it can be closed in one place.
+    ``sandboxes``: only with a runner hosted in this process (``build(hosted=True)``)."""
 
     settings: Settings
     database: Database
     services: Services
+    fleet: Fleet | None = None
     sandboxes: dict[str, Any] = field(default_factory=dict)
     checks: CheckerPool | None = None  # where tool code is parsed (sandbox/checks.py)
+    closers: list[Callable[[], None]] = field(default_factory=list)
 
     def loops(self) -> dict[str, Loop]:
         """The background loops a long-running process of this runtime keeps (``serve``,
@@ -71,8 +73,8 @@ class Runtime:
         return {"storage.checkpoint": self.database.checkpointer} if self.database.is_sqlite else {}
 
     def close(self) -> None:
-        for sandbox in self.sandboxes.values():
-            sandbox.close()
+        while self.closers:
+            self.closers.pop()()
         self.sandboxes.clear()
         if self.checks is not None:
             self.checks.close()
@@ -88,6 +90,7 @@ def _keep_out_of_logs(settings: Settings) -> None:
         settings.llm_api_key,
         settings.search_api_key,
         settings.file_signing_key,
+        settings.runner_token,
     ):
         if secret is not None:
             logs.protect(secret.get_secret_value())
@@ -114,30 +117,31 @@ def _positions_key(database: Database) -> bytes:
     return bytes.fromhex(database.shared_secret("positions_key", secrets.token_hex(KEY_BYTES)))
 
 
-def build(settings: Settings, *, migrate: bool = True, sandbox: bool = True) -> Runtime:
-    """``sandbox=False`` for CLI commands that only touch the database."""
+def build(
+    settings: Settings, *, migrate: bool = True, sandbox: bool = True, hosted: bool = False
+) -> Runtime:
+    """``sandbox=False`` for CLI commands that only touch the database. The code runs on
+    runners (CONTRACT 12): ``TOOLKILN_RUNNERS``', else one started as a child process
+    (the embedded default); ``hosted=True`` serves a runner from this process instead,
+    reached over the same gRPC, for tests that look inside its sandboxes."""
     _keep_out_of_logs(settings)
     settings.ensure_data_dir()
     use_searcher(patterns.shared())  # a tool's regular expressions, out of the service's way
     database = Database(settings.resolved_database_url(), pool_size=settings.db_pool_size)
     if migrate and (revision := database.migrate()):
         log.info("migrated the database to revision %s", revision)
+    closers: list[Callable[[], None]] = [database.dispose]
+    fleet: Fleet | None = None
     sandboxes: dict[str, Any] = {}
+    runners: dict[str, CodeRunner] = {}
     if sandbox:
-        sandboxes["python"] = python_sandbox(
-            PackageStore(settings.packages_dir),
-            limits=Limits(memory_mb=settings.sandbox_memory_mb),
-            warm=settings.sandbox_warm,
-            strict=not settings.sandbox_insecure,
-        )
-        sandboxes["javascript"] = javascript_sandbox(
-            JsPackageStore(settings.data_dir.resolve() / "packages" / "javascript"),
-            limits=Limits(memory_mb=settings.sandbox_memory_mb),
-            warm=settings.sandbox_js_workers,
-            strict=not settings.sandbox_insecure,
-            name="js",
-        )
-    runners: dict[str, CodeRunner] = dict(sandboxes)
+        try:
+            fleet, sandboxes = _fleet(settings, closers, hosted)
+        except BaseException:
+            _close_all(closers)
+            raise
+        runners = {n: RemoteRunner(n, fleet) for n in ("python", "javascript")}
+    closers.remove(database.dispose)  # Runtime.close disposes of it last
     # Tool code is parsed in checker processes only, each text once per workspace; started
     # on first use by commands that only touch the database.
     checks = CheckerPool(strict=not settings.sandbox_insecure)
@@ -171,6 +175,7 @@ def build(settings: Settings, *, migrate: bool = True, sandbox: bool = True) -> 
         database.problem,
         lambda: {n: r.describe() for n, r in runners.items()},
         background.health,
+        fleet.status if fleet is not None else None,
     )
     services = Services(
         access=AccessService(uow),
@@ -196,7 +201,38 @@ def build(settings: Settings, *, migrate: bool = True, sandbox: bool = True) -> 
         background=background,
         places=places,
     )
-    return Runtime(settings, database, services, sandboxes, checks)
+    return Runtime(settings, database, services, fleet, sandboxes, checks, closers)
+
+
+def _fleet(
+    settings: Settings, closers: list[Callable[[], None]], hosted: bool = False
+) -> tuple[Fleet, dict[str, Any]]:
+    """The runners this process sends code to, and (hosted only) the sandboxes it serves."""
+    if settings.runners:
+        token = settings.runner_token.get_secret_value() if settings.runner_token else ""
+        credentials = channel_credentials(
+            settings.runner_tls_ca, settings.runner_tls_cert, settings.runner_tls_key
+        )
+        targets = [t.strip() for t in settings.runners.split(",") if t.strip()]
+        fleet = Fleet(targets, token, credentials)
+        closers.append(fleet.close)
+        return fleet, {}
+    if hosted:
+        from toolkiln.runners.process import hosted_runner
+
+        address, token, sandboxes = hosted_runner(settings, closers)
+    else:
+        local = LocalRunner(settings)
+        closers.append(local.stop)
+        address, token, sandboxes = local.address, local.token, {}
+    fleet = Fleet([address], token)
+    closers.append(fleet.close)
+    return fleet, sandboxes
+
+
+def _close_all(closers: list[Callable[[], None]]) -> None:
+    while closers:
+        closers.pop()()
 
 
 def _chat_model(settings: Settings) -> ChatModel | None:

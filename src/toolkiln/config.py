@@ -42,22 +42,65 @@ def _http_url(value: str | None) -> str | None:
     return value
 
 
-class Settings(BaseSettings):
-    """All configuration. docs/configuration.md documents each field; a test keeps them in step."""
+class SandboxSettings(BaseSettings):
+    """How a runner runs code: the settings a runner and the API's embedded runner share."""
 
     model_config = SettingsConfigDict(env_prefix="TOOLKILN_", extra="ignore")
 
-    host: str = "127.0.0.1"
-    port: int = Field(8080, ge=1, le=65535)
     data_dir: Path = Path("./data")
-    database_url: str | None = None
-    bootstrap_token: SecretStr | None = None
-    metrics_token: SecretStr | None = None
-    db_pool_size: int = Field(16, ge=1, le=256)
     sandbox_warm: int = Field(8, ge=1, le=128)
     sandbox_memory_mb: int = Field(256, ge=32, le=4096)
     sandbox_insecure: bool = False
     sandbox_js_workers: int = Field(3, ge=1, le=64)
+
+    @property
+    def packages_dir(self) -> Path:
+        return (self.data_dir / "packages" / "python").resolve()
+
+    @property
+    def js_packages_dir(self) -> Path:
+        return (self.data_dir / "packages" / "javascript").resolve()
+
+    def sandbox_env(self) -> dict[str, str]:
+        """These settings as the environment of a runner process the API starts itself."""
+        return {
+            "TOOLKILN_DATA_DIR": str(self.data_dir.resolve()),
+            "TOOLKILN_SANDBOX_WARM": str(self.sandbox_warm),
+            "TOOLKILN_SANDBOX_MEMORY_MB": str(self.sandbox_memory_mb),
+            "TOOLKILN_SANDBOX_INSECURE": "true" if self.sandbox_insecure else "false",
+            "TOOLKILN_SANDBOX_JS_WORKERS": str(self.sandbox_js_workers),
+        }
+
+
+class RunnerSettings(SandboxSettings):
+    """``toolkiln runner``'s settings. A runner holds no credential but the runner credential
+    itself: never the database URL, the model key, SMTP or search settings, signing keys or
+    secrets (CONTRACT 12); it does not read them."""
+
+    runner_listen: str | None = None
+    runner_token: SecretStr | None = None
+    runner_tls_cert: Path | None = None
+    runner_tls_key: Path | None = None
+    runner_tls_client_ca: Path | None = None
+    runner_drain_s: float = Field(40.0, gt=0, le=3600)
+
+
+class Settings(SandboxSettings):
+    """All configuration of the API. docs/configuration.md documents each field (and
+    RunnerSettings'); a test keeps them in step."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=1, le=65535)
+    database_url: str | None = None
+    bootstrap_token: SecretStr | None = None
+    metrics_token: SecretStr | None = None
+    db_pool_size: int = Field(16, ge=1, le=256)
+    # Runners (CONTRACT 12): unset, `serve` starts one of its own on a Unix socket.
+    runners: str | None = None
+    runner_token: SecretStr | None = None
+    runner_tls_ca: Path | None = None
+    runner_tls_cert: Path | None = None
+    runner_tls_key: Path | None = None
     public_url: str | None = None
     smtp_url: SecretStr | None = None
     search_provider: str | None = None
@@ -144,6 +187,12 @@ class Settings(BaseSettings):
         return [k.strip() for k in keys.split(",") if k.strip()]
 
     @model_validator(mode="after")
+    def _runners_need(self) -> Any:
+        if self.runners and not self.runner_token:
+            raise SettingError("TOOLKILN_RUNNER_TOKEN", "is required with TOOLKILN_RUNNERS")
+        return self
+
+    @model_validator(mode="after")
     def _search_needs(self) -> Any:
         if self.search_provider == "searxng" and not self.search_url:
             raise SettingError("TOOLKILN_SEARCH_URL", "is required for the searxng provider")
@@ -155,10 +204,6 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite:///{(self.data_dir / 'toolkiln.db').resolve()}"
-
-    @property
-    def packages_dir(self) -> Path:
-        return (self.data_dir / "packages" / "python").resolve()
 
     def resolved_public_url(self) -> str:
         return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")

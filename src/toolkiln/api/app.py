@@ -25,6 +25,7 @@ from toolkiln.api.routes import (
     system,
     tools,
 )
+from toolkiln.api.runner_metrics import RunnerMetrics
 from toolkiln.domain.limits import MAX_BODY_BYTES
 from toolkiln.services.container import Services
 
@@ -66,6 +67,7 @@ def create_app(
     app.state.work = Offload(work_threads(services), "toolkiln-work")
     app.state.metrics_token = metrics_token
     app.state.registry = CollectorRegistry()
+    app.state.registry.register(RunnerMetrics(services.system.runners))
     errors.install(app)
     # invoke and generate before tools: their fixed paths must win over /{tool_id}.
     for module in (system, access, secrets, invoke, generate, tools, audit, builtins, agents):

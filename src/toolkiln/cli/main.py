@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from toolkiln.api import serialize
 from toolkiln.cli import generate
+from toolkiln.cli import runner as runner_cli
 from toolkiln.cli.local import Local, locate, open_local
 from toolkiln.config import SettingError, Settings
 from toolkiln.domain.errors import ServiceUnavailable, ToolkilnError
@@ -51,6 +52,7 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     generate.add_parser(sub)
+    runner_cli.add_parser(sub)
 
     ws = sub.add_parser("workspace", help="manage workspaces").add_subparsers(
         dest="action", required=True
@@ -188,6 +190,9 @@ def _run_full(args: argparse.Namespace, runtime: Runtime) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "runner":
+        given = list(sys.argv[1:] if argv is None else argv)
+        return runner_cli.main(given[given.index("runner") + 1 :])
     # Commands print their answer; only the server logs what it does as it goes.
     logging.basicConfig(
         level=logging.INFO if args.command == "serve" else logging.WARNING,

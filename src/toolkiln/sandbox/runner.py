@@ -346,9 +346,11 @@ class Sandbox:
         outcome: RunOutcome | None = None
         chan: socket.socket | None = None
         clean = False  # the run ended by its own report, and nothing of it is left unread
-        cancel = getattr(link, "started", None)
-        if cancel is not None:
-            cancel(child.kill)  # the caller may end the run from outside (a cancelled call)
+        # The caller may end the run from outside (a cancelled call) until its process is
+        # handed back (optional: the sandbox tells the link when it has ``started``).
+        on_process = getattr(link, "started", None)
+        if on_process is not None:
+            on_process(child.kill)
         try:
             chan = self.runtime.open_channel(child)
             reader = protocol.Reader(chan)
@@ -381,6 +383,8 @@ class Sandbox:
             member.exit()
             # Before the process (and the call's slot) can go to a call queued behind this
             # one: that call's admission then waits for this run's record (RunLink.ended).
+            if on_process is not None:
+                on_process(None)
             ended = getattr(link, "ended", None)
             if ended is not None:
                 ended()

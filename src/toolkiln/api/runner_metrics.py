@@ -1,0 +1,49 @@
+"""The runners' figures on /metrics: places, calls in flight and waiting, state, and the time
+this API process's runs waited between being sent and starting (the hop and the queue)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+STATES = ("serving", "degraded", "draining", "unreachable", "refused", "unknown")
+
+
+class RunnerMetrics(Collector):
+    def __init__(self, runners: Callable[[], list[dict[str, Any]]]) -> None:
+        self._runners = runners
+
+    def collect(self) -> Iterator[Metric]:
+        found = self._runners()
+        gauges = {
+            name: GaugeMetricFamily(f"toolkiln_runner_{name}", text, labels=["runner"])
+            for name, text in (
+                ("places", "Calls a runner can run at once."),
+                ("in_flight", "Calls running on a runner, as it last said."),
+                ("waiting", "Calls waiting for a place on a runner, as it last said."),
+            )
+        }
+        state = GaugeMetricFamily(
+            "toolkiln_runner_state", "1 for a runner's current state.", labels=["runner", "state"]
+        )
+        runs = CounterMetricFamily(
+            "toolkiln_runner_runs", "Runs this process started on a runner.", labels=["runner"]
+        )
+        waited = CounterMetricFamily(
+            "toolkiln_runner_queue_wait_seconds",
+            "Time this process's runs took from being sent to a runner to starting there.",
+            labels=["runner"],
+        )
+        for runner in found:
+            address = str(runner["address"])
+            for name, gauge in gauges.items():
+                gauge.add_metric([address], float(runner[name]))
+            for name in STATES:
+                state.add_metric([address, name], 1.0 if runner["state"] == name else 0.0)
+            runs.add_metric([address], float(runner.get("runs", 0)))
+            waited.add_metric([address], float(runner.get("queue_wait_s", 0.0)))
+        yield from gauges.values()
+        yield from (state, runs, waited)

@@ -1,0 +1,66 @@
+"""``toolkiln runner --listen ADDR``: runs tool code for the API processes that connect.
+
+Kept apart from the rest of the CLI so that a runner imports nothing of the API (no
+database driver, no web framework): ``python -m toolkiln runner`` comes here directly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from pydantic import SecretStr, ValidationError
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    runner = sub.add_parser("runner", help="run tool code for API processes (no credential)")
+    _arguments(runner)
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--listen", help="unix:/path or host:port (default TOOLKILN_RUNNER_LISTEN)")
+    p.add_argument(
+        "--token-stdin",
+        action="store_true",
+        help="read the runner credential from the first line of standard input",
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="toolkiln runner")
+    _arguments(parser)
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    from toolkiln.config import RunnerSettings
+
+    try:
+        settings = RunnerSettings()
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        name = "TOOLKILN_" + "_".join(str(p) for p in first["loc"]).upper()
+        return _fail("invalid_setting", f"{name}: {first['msg']}")
+    if args.token_stdin:
+        settings.runner_token = SecretStr(sys.stdin.readline().strip())
+    token = settings.runner_token.get_secret_value() if settings.runner_token else ""
+    if not token:
+        return _fail("invalid_setting", "TOOLKILN_RUNNER_TOKEN: a runner needs its credential")
+    listen = args.listen or settings.runner_listen
+    if not listen:
+        return _fail("invalid_setting", "--listen (or TOOLKILN_RUNNER_LISTEN) is required")
+    from toolkiln.runners.process import serve
+
+    try:
+        serve(listen, settings, token)
+    except Exception as exc:  # a start-up failure is one line, not a traceback
+        logging.getLogger("toolkiln.runner").debug("start-up failed", exc_info=exc)
+        return _fail("startup_failed", f"{type(exc).__name__}: {exc}")
+    return 0
+
+
+def _fail(code: str, message: str) -> int:
+    print(f"error: {code}: {message}", file=sys.stderr)
+    return 2

@@ -1,0 +1,237 @@
+"""The API's side of one runner: its channel, its last known load, and one run's stream.
+
+A run's ctx calls are answered here, on the thread that made the run, through the run's own
+``RunLink``: the runner gets nothing but the answers to the calls of that run.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from toolkiln.domain.execution import RunLink, RunOutcome, RunRequest
+from toolkiln.runners import wire
+
+# Beyond a run's own timeout: what a runner may need before and after it (its process's
+# exit, the outcome's way back) before the API gives the run up as the runner's failure.
+DEADLINE_MARGIN_S = 5.0
+HEALTH_TIMEOUT_S = 2.0
+CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", wire.FROM_RUNNER_BYTES),
+    ("grpc.max_send_message_length", wire.TO_RUNNER_BYTES),
+    ("grpc.keepalive_time_ms", 20_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+    # A runner restarted on the same address is reconnected to at once, not after backoff.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 2_000),
+]
+
+
+# What a runner answers a run it never started: unreachable or draining, or our credential
+# refused. Any other failure may come after the run started (its process killed with it).
+NOT_STARTED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNAUTHENTICATED)
+FROM_RUNNER = (wire.Started, wire.Call, wire.AuditRow, wire.Ended, wire.Done)
+
+
+class NotStarted(Exception):
+    """The run never started on that runner (unreachable, draining): place it elsewhere."""
+
+
+class _Answers:
+    """The API's half of a run's stream: what it sends, in order, until it is closed."""
+
+    def __init__(self, first: bytes) -> None:
+        self._queue: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._queue.put(first)
+
+    def __iter__(self) -> _Answers:
+        return self
+
+    def __next__(self) -> bytes:
+        item = self._queue.get()
+        if item is None:
+            raise StopIteration
+        return item
+
+    def send(self, message: wire.Message) -> None:
+        self._queue.put(wire.encode(message))
+
+    def close(self) -> None:
+        self._queue.put(None)
+
+
+def infra(message: str, started: float) -> RunOutcome:
+    return RunOutcome("infra", message=message, duration_ms=(time.perf_counter() - started) * 1000)
+
+
+@dataclass
+class RunnerClient:
+    """One runner, by address. ``state``: "serving", "draining", "degraded" (it runs calls,
+    a pool is healing), "unreachable", or "refused" (it does not accept our credential)."""
+
+    address: str
+    token: str
+    credentials: grpc.ChannelCredentials | None = None
+    state: str = "unknown"
+    places: int = 0
+    in_flight: int = 0  # as the runner last said
+    waiting: int = 0
+    mine: int = 0  # runs of this process on it now
+    runs: int = 0  # runs of this process that started on it
+    waited_s: float = 0.0  # their time from being sent to starting (the hop, the queue)
+    checked: float = 0.0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        if self.credentials is None:
+            self.channel = grpc.insecure_channel(self.address, options=CHANNEL_OPTIONS)
+        else:
+            self.channel = grpc.secure_channel(
+                self.address, self.credentials, options=CHANNEL_OPTIONS
+            )
+        same = wire.identity
+        self._run = self.channel.stream_stream(wire.RUN, same, same)
+        self._describe = self.channel.unary_unary(wire.DESCRIBE, same, same)
+        self._health = self.channel.unary_unary(wire.HEALTH, same, same)
+        self._prepare = self.channel.unary_unary(wire.PREPARE, same, same)
+        self.metadata = ((wire.TOKEN_KEY, self.token),)
+
+    # --- what the fleet reads
+
+    @property
+    def usable(self) -> bool:
+        return self.state in ("serving", "degraded")
+
+    def load(self) -> float:
+        """Busy share of its places, counting our own runs since it last said."""
+        busy = max(self.in_flight, self.mine) + self.waiting
+        return busy / max(self.places, 1)
+
+    def check(self) -> None:
+        """Ask the runner how it is (``Health``); an error makes it unusable until the next."""
+        try:
+            raw = self._health(b"{}", timeout=HEALTH_TIMEOUT_S, metadata=self.metadata)
+            health = json.loads(raw)
+            self.places = int(health["places"])
+            self.in_flight = int(health["in_flight"])
+            self.waiting = int(health["waiting"])
+            self.state = str(health["state"])
+        except grpc.RpcError as exc:
+            code = exc.code()
+            self.state = "refused" if code == grpc.StatusCode.UNAUTHENTICATED else "unreachable"
+        except (ValueError, KeyError, TypeError):
+            self.state = "unreachable"
+        self.checked = time.monotonic()
+
+    def describe(self) -> dict[str, Any]:
+        raw = self._describe(b"{}", timeout=HEALTH_TIMEOUT_S, metadata=self.metadata)
+        described = json.loads(raw)
+        if not isinstance(described, dict):
+            raise ValueError("a runner's description must be an object")
+        return described
+
+    def prepare(self, language: str, imports: list[str]) -> None:
+        self._prepare(
+            wire.encode(wire.Prepare(language, imports)),
+            timeout=HEALTH_TIMEOUT_S,
+            metadata=self.metadata,
+        )
+
+    def close(self) -> None:
+        self.channel.close()
+
+    # --- one run
+
+    def run(self, start: wire.Start, link: RunLink) -> RunOutcome:
+        """The run on this runner, its ctx calls answered through ``link``. ``NotStarted``
+        if the runner could not take it; once it started, any failure of the runner or the
+        way to it is ``infra`` (never counted against the tool)."""
+        begun = time.perf_counter()
+        answers = _Answers(wire.encode(start))
+        timeout = start.timeout_ms / 1000 + DEADLINE_MARGIN_S
+        call = self._run(answers, timeout=timeout, metadata=self.metadata)
+        started = ended = False
+        ran = False  # started and admitted: its end is told to the link (RunLink.ended)
+        with self._lock:
+            self.mine += 1
+        try:
+            for raw in call:
+                message = wire.decode(raw, *FROM_RUNNER)
+                if isinstance(message, wire.Call):
+                    answers.send(wire.Reply(message.id, link.call(message.tool, message.input)))
+                elif isinstance(message, wire.AuditRow):
+                    answers.send(wire.AuditAck(link.audit(message.event, message.data)))
+                elif isinstance(message, wire.Started):
+                    started = ran = True
+                    with self._lock:
+                        self.runs += 1
+                        self.waited_s += time.perf_counter() - begun
+                    if message.ask:
+                        ran = bool(link.admit())
+                        answers.send(wire.Admit(ran))
+                elif isinstance(message, wire.Ended):
+                    ended = _ended(link, ended)
+                    answers.send(wire.Ack())
+                else:
+                    _ended(link, ended or not ran)
+                    return message.outcome()
+            return infra("The runner ended the run without an outcome.", begun)
+        except grpc.RpcError as exc:
+            code = exc.code()
+            if not started and code in (
+                grpc.StatusCode.UNAVAILABLE,
+                grpc.StatusCode.UNAUTHENTICATED,
+            ):
+                self.state = "refused" if code == grpc.StatusCode.UNAUTHENTICATED else self.state
+                raise NotStarted(str(code)) from None
+            if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+                return infra("The runner did not answer within the run's time.", begun)
+            return infra("The runner went away during the run.", begun)
+        except wire.WireError as exc:
+            call.cancel()
+            return infra(f"The runner sent a message outside the protocol ({exc}).", begun)
+        except BaseException:
+            call.cancel()  # the runner kills the run's process
+            raise
+        finally:
+            answers.close()
+            with self._lock:
+                self.mine -= 1
+
+
+def _ended(link: RunLink, already: bool) -> bool:
+    """``link.ended()`` once per run (RunLink.ended is optional)."""
+    if not already:
+        ended = getattr(link, "ended", None)
+        if ended is not None:
+            ended()
+    return True
+
+
+def start_of(req: RunRequest, share: str, admitted: bool) -> wire.Start:
+    left_ms = None
+    if req.not_after is not None:
+        left_ms = max(0, int((req.not_after - time.monotonic()) * 1000))
+    return wire.Start(
+        req.language,
+        req.code,
+        req.entry,
+        req.input,
+        req.timeout_ms,
+        req.context,
+        req.workspace_id,
+        req.call_id,
+        share,
+        left_ms,
+        admitted,
+        list(req.imports),
+        req.script,
+    )

@@ -1,0 +1,79 @@
+"""What a runner process holds: its sandboxes, the resource shares of the calls running on it,
+and whether it takes new runs (it drains on SIGTERM). No credential of any kind: the API
+processes that connect bring each run's code and answer its ctx calls."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from toolkiln.domain.execution import ResourceShare
+from toolkiln.sandbox.runner import Sandbox
+
+SERVING, DRAINING = "serving", "draining"
+
+
+class RunnerHost:
+    def __init__(self, sandboxes: dict[str, Sandbox]) -> None:
+        self.sandboxes = sandboxes
+        self.state = SERVING
+        self.in_flight = 0
+        # Every run of one call names the same share: the root run's cgroup slot and the
+        # call's audit quota are shared with the runs nested under it (sandbox/shares.py).
+        # Kept while any run of the call is here; ids are the API's, unguessable, and
+        # mean nothing once the call's last run here has ended.
+        self._shares: dict[str, tuple[ResourceShare, int]] = {}
+        self._cond = threading.Condition()
+
+    def enter(self, share: str) -> ResourceShare | None:
+        """One run arrives: the call's share, or None once the runner drains (the run is
+        refused before it starts, so the API places it elsewhere). ``leave`` when it ends."""
+        with self._cond:
+            if self.state != SERVING:
+                return None
+            self.in_flight += 1
+            held, count = self._shares.get(share, (ResourceShare(), 0))
+            self._shares[share] = (held, count + 1)
+            return held
+
+    def leave(self, share: str) -> None:
+        with self._cond:
+            self.in_flight -= 1
+            held, count = self._shares[share]
+            if count > 1:
+                self._shares[share] = (held, count - 1)
+            else:
+                del self._shares[share]
+            self._cond.notify_all()
+
+    def drain(self, timeout: float) -> bool:
+        """Take no new run; wait for the runs in flight to end. Whether they all did."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            self.state = DRAINING
+            while self.in_flight:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+        return True
+
+    def health(self) -> dict[str, Any]:
+        """For the API's placement and /healthz: state, places, calls running and waiting."""
+        languages = {name: box.load() for name, box in self.sandboxes.items()}
+        degraded = [name for name, box in self.sandboxes.items() if box.pool_health()["degraded"]]
+        state = self.state
+        if state == SERVING and degraded:
+            state = "degraded"
+        return {
+            "state": state,
+            "places": sum(load["places"] for load in languages.values()),
+            "in_flight": self.in_flight,
+            "waiting": sum(load["waiting"] for load in languages.values()),
+            "languages": languages,
+        }
+
+    def close(self) -> None:
+        for sandbox in self.sandboxes.values():
+            sandbox.close()

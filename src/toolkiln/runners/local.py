@@ -1,0 +1,140 @@
+"""The embedded runner: with no ``TOOLKILN_RUNNERS``, ``toolkiln serve`` starts one runner of its
+own, as a child process on a Unix socket in the data directory (CONTRACT 12).
+
+It is a fresh program (``python -m toolkiln runner``), not a fork of the API: a fork would
+carry the API's memory, credentials included. Its environment is built from nothing: the
+sandbox settings, and the few variables package installers need (``KEPT``). Its credential,
+made for this start only, reaches it on its standard input, never in its environment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import grpc
+
+from toolkiln.config import SandboxSettings
+from toolkiln.domain.errors import ServiceUnavailable
+from toolkiln.runners.client import RunnerClient
+
+START_S = 120.0  # its sandboxes start (packages of a first start may be fetched later)
+STOP_S = 45.0  # a drain: calls in flight end within their own timeout (30 s at most)
+# Host variables a runner's package installers (pip, npm) may need (where to find them,
+# the host's CA bundle, a proxy); nothing else of the API's environment reaches it.
+KEPT = (
+    "PATH",
+    "HOME",
+    "LANG",
+    "LC_ALL",
+    "TMPDIR",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+)
+KEPT_PREFIXES = ("PIP_", "NPM_CONFIG_", "npm_config_")
+
+
+def runner_env(settings: SandboxSettings) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k in KEPT or k.startswith(KEPT_PREFIXES)}
+    return {**env, **settings.sandbox_env()}
+
+
+class LocalRunner:
+    """One runner process of this API's own; ``address`` once it answers."""
+
+    def __init__(self, settings: SandboxSettings) -> None:
+        data = settings.data_dir.resolve()
+        # A socket of this process's own: other processes on the same data directory (a
+        # second `serve`, `toolkiln mcp`) start runners of their own. Under /tmp when the
+        # data directory's path is too long for a Unix socket (108 bytes).
+        path = data / f"runner-{secrets.token_hex(6)}.sock"
+        if len(str(path)) > 100:
+            path = Path(tempfile.mkdtemp(prefix="toolkiln-runner-")) / "runner.sock"
+        self.path = path
+        self.address = f"unix:{path}"
+        self.token = secrets.token_urlsafe(32)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "toolkiln", "runner", "--listen", self.address, "--token-stdin"],
+            stdin=subprocess.PIPE,
+            # Its log goes to standard error; standard output may be a protocol's channel
+            # (``toolkiln mcp`` speaks MCP on it), which the runner must never hold.
+            stdout=subprocess.DEVNULL,
+            env=runner_env(settings),
+            cwd=data,
+            start_new_session=True,  # a Ctrl-C at the terminal reaches the API, which stops it
+        )
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(self.token.encode() + b"\n")
+            self.proc.stdin.close()
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_ready(self) -> None:
+        probe = RunnerClient(self.address, self.token)
+        try:
+            deadline = time.monotonic() + START_S
+            while True:
+                if self.proc.poll() is not None:
+                    raise ServiceUnavailable(
+                        f"The sandbox runner exited at start (status {self.proc.returncode}); "
+                        "its log above says why.",
+                        code="sandbox_unavailable",
+                    )
+                probe.check()
+                if probe.usable:
+                    return
+                if time.monotonic() > deadline:
+                    raise ServiceUnavailable(
+                        "The sandbox runner did not start in time.", code="sandbox_unavailable"
+                    )
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.proc.wait(0.05)
+        finally:
+            probe.close()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stop(self) -> None:
+        """SIGTERM (it drains), then SIGKILL if it has not ended in time."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(STOP_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        with contextlib.suppress(OSError):
+            self.path.unlink()
+
+
+def channel_credentials(
+    ca: Path | None, cert: Path | None, key: Path | None
+) -> grpc.ChannelCredentials | None:
+    """TLS to remote runners: ``ca`` verifies them; ``cert`` and ``key`` prove this API
+    process to runners that require client certificates (mutual TLS)."""
+    if ca is None:
+        return None
+    return grpc.ssl_channel_credentials(
+        root_certificates=ca.read_bytes(),
+        private_key=key.read_bytes() if key is not None else None,
+        certificate_chain=cert.read_bytes() if cert is not None else None,
+    )

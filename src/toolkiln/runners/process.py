@@ -1,0 +1,117 @@
+"""``toolkiln runner --listen ADDR``: a process that runs tool code for the API processes that
+connect to it, and holds no credential but the runner credential (CONTRACT 12).
+
+It reads ``RunnerSettings`` only (never the API's settings), serves until SIGTERM or
+SIGINT, then drains: it takes no new run, lets the runs in flight end (each within its own
+timeout), and exits.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+
+from toolkiln.config import RunnerSettings, SandboxSettings
+from toolkiln.runners.host import RunnerHost
+from toolkiln.runners.server import RunnerService, make_server
+from toolkiln.sandbox.packages import JsPackageStore, PackageStore
+from toolkiln.sandbox.runner import Limits, Sandbox
+from toolkiln.sandbox.sandboxes import javascript_sandbox, python_sandbox
+
+log = logging.getLogger("toolkiln.runner")
+
+
+def sandboxes_for(settings: SandboxSettings) -> dict[str, Sandbox]:
+    """A runner's two sandboxes, started (the JavaScript one closes the Python one if it
+    cannot start)."""
+    limits = Limits(memory_mb=settings.sandbox_memory_mb)
+    strict = not settings.sandbox_insecure
+    python = python_sandbox(
+        PackageStore(settings.packages_dir),
+        limits=limits,
+        warm=settings.sandbox_warm,
+        strict=strict,
+    )
+    try:
+        javascript = javascript_sandbox(
+            JsPackageStore(settings.js_packages_dir),
+            limits=limits,
+            warm=settings.sandbox_js_workers,
+            strict=strict,
+        )
+    except BaseException:
+        python.close()
+        raise
+    return {"python": python, "javascript": javascript}
+
+
+def server_credentials(settings: RunnerSettings) -> grpc.ServerCredentials | None:
+    """Mutual TLS when a certificate is set: the runner proves itself with it and, with a
+    client CA, accepts only API processes whose certificate that CA signed."""
+    if settings.runner_tls_cert is None or settings.runner_tls_key is None:
+        return None
+    ca = settings.runner_tls_client_ca
+    return grpc.ssl_server_credentials(
+        [(settings.runner_tls_key.read_bytes(), settings.runner_tls_cert.read_bytes())],
+        root_certificates=ca.read_bytes() if ca is not None else None,
+        require_client_auth=ca is not None,
+    )
+
+
+def serve(listen: str, settings: RunnerSettings, token: str) -> None:
+    """Serve until a stop signal, then drain and close."""
+    if listen.startswith("unix:"):
+        path = Path(listen.removeprefix("unix:").removeprefix("//"))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists() or path.is_symlink():
+            path.unlink()
+        old = os.umask(0o177)  # the socket is its owner's alone
+    else:
+        old = None
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    host = RunnerHost(sandboxes_for(settings))
+    service = RunnerService(host)
+    try:
+        server = make_server(service, listen, token, server_credentials(settings))
+    finally:
+        if old is not None:
+            os.umask(old)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    print(f"runner listening on {listen}", file=sys.stderr, flush=True)
+    stop.wait()
+    log.info("draining: no new runs; waiting for %d in flight", host.in_flight)
+    if not host.drain(settings.runner_drain_s):
+        log.warning("runs still in flight after %.0f s: stopping them", settings.runner_drain_s)
+    server.stop(grace=1.0).wait(5)
+    service.close()
+    host.close()
+
+
+def hosted_runner(
+    settings: SandboxSettings, closers: list[Callable[[], None]]
+) -> tuple[str, str, dict[str, Sandbox]]:
+    """A runner served from the calling process on a Unix socket of its own (tests that look
+    inside its sandboxes): its address, credential and sandboxes; ``closers`` stop it."""
+    token = secrets.token_urlsafe(32)
+    home = Path(tempfile.mkdtemp(prefix="toolkiln-hosted-"))
+    closers.append(lambda: shutil.rmtree(home, ignore_errors=True))
+    path = home / "runner.sock"
+    host = RunnerHost(sandboxes_for(settings))
+    closers.append(host.close)
+    service = RunnerService(host)
+    closers.append(service.close)
+    server = make_server(service, f"unix:{path}", token)
+    closers.append(lambda: server.stop(grace=None).wait(5))
+    return f"unix:{path}", token, host.sandboxes

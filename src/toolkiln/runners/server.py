@@ -1,0 +1,298 @@
+"""The runner's gRPC server: the ``Run`` stream of each run, ``Describe``, ``Health`` and
+``Prepare``, behind the runner credential.
+
+A run's sandbox work happens on a thread of the runner's own (``_RUNS``); the gRPC thread
+of its stream sends what that thread puts in the run's queue. Its link back to the API
+(``StreamLink``) reads the API's answers from the same stream: a ctx call is answered by the
+API process that sent the run, on that run's stream, and by nothing else.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from toolkiln.domain.execution import RunOutcome, RunRequest
+from toolkiln.runners import wire
+from toolkiln.runners.host import RunnerHost
+
+log = logging.getLogger("toolkiln.runner")
+# A run whose process was ready within this long of its arrival keeps the admission the API
+# gave when it sent it; a run that waited longer (its workspace's turn, a process) asks the
+# API again (CONTRACT 4: the status is decided when the run starts). The API's own window
+# (services/router.py ADMIT_FRESH_S) is as long.
+ADMIT_FRESH_S = 0.001
+# Runs at once on one runner, nested runs included; beyond the sandboxes' places a run waits
+# in its sandbox's fair queue, not here.
+MAX_RUNS = 512
+
+
+# The answer to a ctx call whose input JSON cannot spell (the jail's reader takes 1e400 as
+# infinity): the call never reaches the API (tests/security/test_unstorable_rows.py).
+NOT_JSON = {
+    "error": "invalid_input",
+    "details": "the input holds a number JSON cannot spell (infinite or NaN)",
+}
+
+
+class LinkLost(Exception):
+    """The API's side of the stream ended before the run did."""
+
+
+class StreamLink:
+    """One run's ``RunLink`` on the runner: each ctx call, audit row and admission goes to
+    the API on the run's stream and waits for its answer there."""
+
+    def __init__(
+        self,
+        start: wire.Start,
+        answers: Iterator[bytes],
+        out: queue.SimpleQueue[bytes | None],
+        waiting: Callable[[], int],
+    ) -> None:
+        self._start = start
+        self._answers = answers
+        self._out = out
+        self._waiting = waiting
+        self._arrived = time.monotonic()
+        self._ids = 0
+        self._lost = False
+        self._kill: Callable[[], None] | None = None
+        self._kill_lock = threading.Lock()
+        self._cancelled = False
+
+    def _send(self, message: wire.Message) -> None:
+        self._out.put(wire.encode(message))
+
+    def _next(self, kind: type[Any]) -> Any:
+        """The API's next answer of ``kind`` (a late ``Ack`` nobody waited for is skipped)."""
+        if self._lost:
+            raise LinkLost()
+        try:
+            for raw in self._answers:
+                message = wire.decode(raw, wire.Admit, wire.Reply, wire.AuditAck, wire.Ack)
+                if isinstance(message, kind):
+                    return message
+                if not isinstance(message, wire.Ack):
+                    break
+        except (grpc.RpcError, ValueError):
+            pass
+        self._lost = True
+        raise LinkLost()
+
+    def admit(self) -> bool:
+        fresh = time.monotonic() - self._arrived <= ADMIT_FRESH_S
+        ask = not (self._start.admitted and fresh)
+        self._send(wire.Started(ask=ask))
+        return bool(self._next(wire.Admit).ok) if ask else True
+
+    def call(self, name: str, payload: Any) -> Any:
+        self._ids += 1
+        try:
+            self._send(wire.Call(self._ids, name, payload))
+        except wire.WireError:
+            return dict(NOT_JSON)
+        reply = self._next(wire.Reply)
+        if reply.id != self._ids:
+            self._lost = True
+            raise LinkLost()
+        return reply.value
+
+    def audit(self, event: str, data: Any) -> str | None:
+        try:
+            self._send(wire.AuditRow(event, data))
+        except wire.WireError:
+            return "data holds a number JSON cannot spell (infinite or NaN)"
+        why = self._next(wire.AuditAck).why
+        return why if isinstance(why, str) else None
+
+    def ended(self) -> None:
+        """A call waits for this run's place: the API notes the end first (RunLink.ended).
+        Else the outcome, sent next, tells it."""
+        if self._lost or not self._waiting():
+            return
+        self._send(wire.Ended())
+        try:
+            self._next(wire.Ack)
+        except LinkLost:
+            return
+
+    def started(self, kill: Callable[[], None] | None) -> None:
+        """The run's process, which a cancelled call kills; None once it is handed back."""
+        with self._kill_lock:
+            self._kill = kill
+            if kill is not None and self._cancelled:
+                kill()
+
+    def cancel(self) -> None:
+        """The stream ended (the API cancelled, went away, or its deadline passed)."""
+        with self._kill_lock:
+            self._cancelled = True
+            if self._kill is not None:
+                self._kill()
+
+
+@dataclass
+class RunnerService:
+    host: RunnerHost
+
+    def __post_init__(self) -> None:
+        self._runs = ThreadPoolExecutor(MAX_RUNS, thread_name_prefix="toolkiln-run")
+
+    def run(self, answers: Iterator[bytes], context: grpc.ServicerContext) -> Iterator[bytes]:
+        try:
+            start = wire.decode(next(answers), wire.Start)
+        except (StopIteration, wire.WireError) as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"no run request: {exc}")
+        sandbox = self.host.sandboxes.get(start.language)
+        if sandbox is None:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "no such runtime")
+            return
+        out: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        link = StreamLink(start, answers, out, sandbox.fair.waiting)
+        context.add_callback(link.cancel)
+        share = self.host.enter(start.share)
+        if share is None:  # draining: never started, so the API places it elsewhere
+            context.abort(grpc.StatusCode.UNAVAILABLE, "the runner is draining")
+        not_after = None
+        if start.left_ms is not None:
+            not_after = time.monotonic() + start.left_ms / 1000
+        req = RunRequest(
+            start.language,
+            start.code,
+            start.entry,
+            start.input,
+            start.timeout_ms,
+            start.context,
+            workspace_id=start.workspace_id,
+            call_id=start.call_id,
+            share=share,
+            not_after=not_after,
+            imports=tuple(start.imports),
+            script=start.script,
+        )
+
+        def work() -> None:
+            try:
+                outcome = sandbox.run(req, link)
+            except LinkLost:
+                outcome = RunOutcome("infra", message="The API went away during the run.")
+            except Exception:
+                log.exception("a run failed on the runner")
+                outcome = RunOutcome("infra", message="The runner failed.")
+            finally:
+                self.host.leave(start.share)  # held by the run, not by its stream
+            try:
+                done = wire.encode(wire.Done.of(outcome))
+            except wire.WireError:
+                done = wire.encode(wire.Done("infra", message="The outcome is not JSON."))
+            out.put(done)
+            out.put(None)
+
+        try:
+            self._runs.submit(work)
+        except RuntimeError:  # closing
+            self.host.leave(start.share)
+            context.abort(grpc.StatusCode.UNAVAILABLE, "the runner is stopping")
+        while (message := out.get()) is not None:
+            yield message
+
+    def describe(self, request: bytes, context: grpc.ServicerContext) -> bytes:
+        return json.dumps({n: s.describe() for n, s in self.host.sandboxes.items()}).encode()
+
+    def health(self, request: bytes, context: grpc.ServicerContext) -> bytes:
+        return json.dumps(self.host.health()).encode()
+
+    def prepare(self, request: bytes, context: grpc.ServicerContext) -> bytes:
+        try:
+            ask = wire.decode(request, wire.Prepare)
+        except wire.WireError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        sandbox = self.host.sandboxes.get(ask.language)
+        if sandbox is not None:
+            sandbox.prepare(ask.imports)
+        return b"{}"
+
+    def close(self) -> None:
+        self._runs.shutdown(wait=False, cancel_futures=True)
+
+
+class TokenCheck(grpc.ServerInterceptor):
+    """Refuses every call that does not carry the runner credential (constant-time compare)."""
+
+    def __init__(self, token: str) -> None:
+        self._token = token.encode()
+
+        def refuse(request: Any, context: grpc.ServicerContext) -> Any:
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "the runner credential is wrong")
+
+        self._refuse = grpc.unary_unary_rpc_method_handler(refuse)
+
+    def intercept_service(self, continuation: Any, details: grpc.HandlerCallDetails) -> Any:
+        given = b""
+        for key, value in details.invocation_metadata or ():
+            if key == wire.TOKEN_KEY:
+                given = value.encode() if isinstance(value, str) else value
+        if hmac.compare_digest(given, self._token):
+            return continuation(details)
+        return self._refuse
+
+
+def handlers(service: RunnerService) -> grpc.GenericRpcHandler:
+    same = wire.identity
+    return grpc.method_handlers_generic_handler(
+        wire.SERVICE,
+        {
+            "Run": grpc.stream_stream_rpc_method_handler(service.run, same, same),
+            "Describe": grpc.unary_unary_rpc_method_handler(service.describe, same, same),
+            "Health": grpc.unary_unary_rpc_method_handler(service.health, same, same),
+            "Prepare": grpc.unary_unary_rpc_method_handler(service.prepare, same, same),
+        },
+    )
+
+
+# Keepalive: an API that vanished without closing its connections (a host lost) is noticed
+# within ~30 s and its runs are cancelled (their processes killed).
+SERVER_OPTIONS = [
+    ("grpc.max_receive_message_length", wire.TO_RUNNER_BYTES),
+    ("grpc.max_send_message_length", wire.FROM_RUNNER_BYTES),
+    ("grpc.keepalive_time_ms", 20_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+    ("grpc.http2.max_ping_strikes", 0),
+]
+
+
+def make_server(
+    service: RunnerService,
+    listen: str,
+    token: str,
+    credentials: grpc.ServerCredentials | None = None,
+) -> grpc.Server:
+    """A started server on ``listen`` (``unix:/path`` or ``host:port``)."""
+    server = grpc.server(
+        ThreadPoolExecutor(MAX_RUNS + 16, thread_name_prefix="toolkiln-grpc"),
+        handlers=[handlers(service)],
+        interceptors=[TokenCheck(token)],
+        options=SERVER_OPTIONS,
+        maximum_concurrent_rpcs=MAX_RUNS + 64,
+    )
+    if credentials is None:
+        bound = server.add_insecure_port(listen)
+    else:
+        bound = server.add_secure_port(listen, credentials)
+    if not bound and not listen.startswith("unix:"):
+        raise OSError(f"cannot listen on {listen}")
+    server.start()
+    return server

@@ -1,0 +1,280 @@
+"""The API<->runner protocol: the gRPC methods, every message either side sends, and the caps.
+
+Both sides load this one module (as both sides of the jail load ``jail/protocol.py``).
+Transport: gRPC over HTTP/2 (grpcio), a Unix socket or TCP; each message is one object of
+UTF-8 JSON with ``op`` naming its kind, never pickle. Payloads are JSON values end to end
+(a tool's input, its ctx calls, its result), so they stay JSON here (docs/decisions/
+001-runner-transport.md says why not protobuf).
+
+``Run`` is one bidirectional stream per run: the API sends ``Start``; the runner answers
+``Started`` once a process is ready (asking for admission when the call queued), then any
+number of ``Call`` and ``AuditRow`` (each answered by the API with ``Reply`` or
+``AuditAck`` on the same stream), ``Ended`` when the run is over but others wait for its
+place (answered by ``Ack``), and ``Done``, the outcome. Everything a runner sends is
+evidence from a process that runs tool code: it is read with caps, its types checked, its
+text repaired (a lone surrogate), and anything outside these rules ends the run as
+``infra`` (the runner's failure, never counted against the tool).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, get_args
+
+from toolkiln.domain.execution import OutcomeKind, RunOutcome
+from toolkiln.sandbox.jail import protocol
+
+SERVICE = "toolkiln.runner.v1.Runner"
+RUN = f"/{SERVICE}/Run"
+DESCRIBE = f"/{SERVICE}/Describe"
+HEALTH = f"/{SERVICE}/Health"
+PREPARE = f"/{SERVICE}/Prepare"
+# The runner credential travels in this metadata key (compared in constant time).
+TOKEN_KEY = "x-toolkiln-runner-token"  # noqa: S105 (a name, not a value)
+
+MIB = 1024 * 1024
+# What the runner may send in one message: a result (1 MiB) with both logs (64 KiB each)
+# and the rest of a report, or a ctx call's input (under the 1 MiB reply cap's sibling).
+FROM_RUNNER_BYTES = 2 * MIB
+# What the API may send: a run's code (<= 256K characters), input and context (the jail's
+# request cap is 4 MiB) with room for JSON escapes.
+TO_RUNNER_BYTES = 8 * MIB
+OUTCOME_KINDS = frozenset(get_args(OutcomeKind))
+
+
+class WireError(Exception):
+    """A message that is not within the protocol."""
+
+
+# --- API -> runner
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """The one request of a run. ``share``: the id of the call's resource share (the root
+    run's cgroup slot and audit quota; every run nested under one call names the same);
+    ``left_ms``: a nested run's time until its caller's deadline (clocks are per host);
+    ``admitted``: the API admitted the run as it sent it (the runner asks again if the call
+    had to wait for a process)."""
+
+    language: str
+    code: str
+    entry: str
+    input: dict[str, Any]
+    timeout_ms: int
+    context: dict[str, Any]
+    workspace_id: str
+    call_id: str
+    share: str
+    left_ms: int | None = None
+    admitted: bool = True
+    # From the code's analysis (the API's checkers), so the runner parses nothing: the
+    # modules it imports, and a JavaScript engine's script form of it (RunRequest).
+    imports: list[str] = field(default_factory=list)
+    script: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Admit:
+    ok: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    id: int
+    value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class AuditAck:
+    why: str | None  # None: the row was kept; else why it cannot be stored
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """The API has taken note that the run ended (``Ended``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Prepare:
+    language: str
+    imports: list[str]
+
+
+# --- runner -> API
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    ask: bool  # the call waited for a process: the API decides again whether it runs
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    id: int
+    tool: str
+    input: Any
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRow:
+    event: str
+    data: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """The run is over and another call waits for its place: the API notes it (``Ack``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    kind: str
+    value: Any = None
+    error_type: str | None = None
+    message: str = ""
+    line: int | None = None
+    column: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+    duration_ms: float = 0.0
+    ctx_calls: int = 0
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, outcome: RunOutcome) -> Done:
+        return cls(
+            outcome.kind,
+            outcome.value,
+            outcome.error_type,
+            outcome.message,
+            outcome.line,
+            outcome.column,
+            outcome.stdout,
+            outcome.stderr,
+            outcome.duration_ms,
+            outcome.ctx_calls,
+            outcome.details,
+        )
+
+    def outcome(self) -> RunOutcome:
+        return RunOutcome(
+            self.kind,  # type: ignore[arg-type]
+            self.value,
+            self.error_type,
+            self.message,
+            self.line,
+            self.column,
+            self.stdout,
+            self.stderr,
+            self.duration_ms,
+            self.ctx_calls,
+            self.details,
+        )
+
+
+Message = (
+    Start | Admit | Reply | AuditAck | Ack | Prepare | Started | Call | AuditRow | Ended | Done
+)
+OPS: dict[str, type[Any]] = {
+    "start": Start,
+    "admit": Admit,
+    "reply": Reply,
+    "audit_ack": AuditAck,
+    "ack": Ack,
+    "prepare": Prepare,
+    "started": Started,
+    "call": Call,
+    "audit": AuditRow,
+    "ended": Ended,
+    "done": Done,
+}
+_OP_OF = {kind: op for op, kind in OPS.items()}
+# What each field may hold (JSON types), checked on decode: a field of another type is a
+# message outside the protocol. "any": any JSON value.
+_TYPES: dict[str, tuple[type, ...]] = {
+    "str": (str,),
+    "int": (int,),
+    "bool": (bool,),
+    "float": (int, float),
+    "dict": (dict,),
+    "strs": (list,),
+}
+_SPEC: dict[type[Any], dict[str, tuple[str, bool]]] = {}  # kind -> field -> (type, optional)
+_ANNOTATIONS = {
+    "str": ("str", False),
+    "int": ("int", False),
+    "bool": ("bool", False),
+    "float": ("float", False),
+    "dict[str, Any]": ("dict", False),
+    "list[str]": ("strs", False),
+    "Any": ("any", True),
+    "str | None": ("str", True),
+    "int | None": ("int", True),
+}
+for _kind in OPS.values():
+    _SPEC[_kind] = {f.name: _ANNOTATIONS[str(f.type)] for f in fields(_kind)}
+
+
+def encode(message: Message) -> bytes:
+    """One message as UTF-8 JSON. Lone surrogates in its text are replaced (U+FFFD); a
+    value JSON cannot spell (a number past a float's range, read from the jail as
+    infinity) is ``WireError``."""
+    body = {"op": _OP_OF[type(message)], **asdict(message)}
+    try:
+        return protocol.encode(body, repair=True)[protocol.HEADER.size :]
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise WireError(f"not JSON: {str(exc)[:200]}") from None
+
+
+def decode(raw: bytes, *expected: type[Any]) -> Any:
+    """The message in ``raw``, one of the ``expected`` kinds, its fields checked; else
+    ``WireError``. Text is repaired (a lone surrogate becomes U+FFFD); a ``Done`` whose
+    returned value needed that is reported as ``unserializable``, as the host reports a
+    repaired result from the jail."""
+    try:
+        # The jail protocol's text rules: UTF-8, no NaN, lone surrogates repaired and named.
+        body, repaired = protocol.decode(raw)
+    except protocol.FrameError as exc:
+        raise WireError(str(exc)) from None
+    if not isinstance(body, dict):
+        raise WireError("a message must be an object")
+    kind = OPS.get(str(body.pop("op", "")))
+    if kind is None or kind not in expected:
+        raise WireError("an unexpected kind of message")
+    spec = _SPEC[kind]
+    if set(body) - set(spec):
+        raise WireError("unknown fields in a message")
+    for name, (type_name, optional) in spec.items():
+        if name not in body:
+            continue
+        value = body[name]
+        if (value is None and optional) or type_name == "any":
+            continue
+        allowed = _TYPES[type_name]
+        if not isinstance(value, allowed) or (type_name != "bool" and isinstance(value, bool)):
+            raise WireError(f"field {name} has the wrong type")
+        if isinstance(value, list) and not all(isinstance(item, str) for item in value):
+            raise WireError(f"field {name} has the wrong type")
+    try:
+        message = kind(**body)
+    except TypeError:
+        raise WireError("missing fields in a message") from None
+    if kind is Done:
+        if message.kind not in OUTCOME_KINDS:
+            raise WireError("an unknown outcome kind")
+        if "value" in repaired and message.kind == "return":
+            message = Done(
+                "unserializable",
+                message="It holds text that is not valid Unicode (a lone surrogate).",
+                stdout=message.stdout,
+                stderr=message.stderr,
+                duration_ms=message.duration_ms,
+                ctx_calls=message.ctx_calls,
+            )
+    return message
+
+
+def identity(data: bytes) -> bytes:
+    """gRPC's (de)serializer: messages are bytes to gRPC, decoded here with their rules."""
+    return data

@@ -1,0 +1,54 @@
+"""The API<->runner messages (runners/wire.py): what a runner sends is read under the rules."""
+
+from __future__ import annotations
+
+import pytest
+
+from toolkiln.runners import wire
+
+
+def test_every_message_goes_and_comes_back_the_same() -> None:
+    messages = [
+        wire.Start("python", "code", "main", {"a": [1, 2.5]}, 5000, {"x": None}, "w", "c", "s", 7),
+        wire.Start("javascript", "c", "main", {}, 1, {}, "w", "c", "s", None, False, ["zod"], "s"),
+        wire.Admit(False),
+        wire.Reply(3, {"error": "unknown_tool"}),
+        wire.AuditAck(None),
+        wire.Ack(),
+        wire.Started(True),
+        wire.Call(1, "calculate", {"expression": "1+1"}),
+        wire.AuditRow("step", [1, "two"]),
+        wire.Ended(),
+        wire.Done("return", {"message": "hi"}, stdout="out", ctx_calls=2, details={"k": 1}),
+    ]
+    for message in messages:
+        assert wire.decode(wire.encode(message), type(message)) == message
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"not json",
+        b"\xff\xfe",
+        b"[1, 2]",
+        b'{"op": "done", "kind": "return", "value": NaN}',
+        b'{"op": "done", "kind": "escaped"}',  # no such outcome
+        b'{"op": "done", "kind": "return", "ctx_calls": true}',  # a bool is no count
+        b'{"op": "done", "kind": "return", "stdout": 5}',
+        b'{"op": "done", "kind": "return", "extra": 1}',
+        b'{"op": "call", "id": 1, "tool": 7, "input": {}}',
+        b'{"op": "call", "tool": "x", "input": {}}',  # no id
+        b'{"op": "start", "language": "python"}',  # not what a runner sends
+        b'{"op": "call", "id": 1, "tool": "x", "input": {}, "imports": [1]}',
+    ],
+)
+def test_what_breaks_the_rules_is_refused(raw: bytes) -> None:
+    with pytest.raises(wire.WireError):
+        wire.decode(raw, wire.Started, wire.Call, wire.AuditRow, wire.Ended, wire.Done)
+
+
+def test_a_result_spelling_a_lone_surrogate_is_unserializable() -> None:
+    raw = b'{"op": "done", "kind": "return", "value": {"m": "\\ud800"}, "stdout": "\\udfff"}'
+    done = wire.decode(raw, wire.Done)
+    assert done.kind == "unserializable" and done.value is None
+    assert done.stdout == "\ufffd"
