@@ -4,7 +4,7 @@ Both sides load this one module (as both sides of the jail load ``jail/protocol.
 Transport: gRPC over HTTP/2 (grpcio), a Unix socket or TCP; each message is one object of
 UTF-8 JSON with ``op`` naming its kind, never pickle. Payloads are JSON values end to end
 (a tool's input, its ctx calls, its result), so they stay JSON here (docs/decisions/
-001-runner-transport.md says why not protobuf).
+130-runners-over-grpc.md says why not protobuf).
 
 ``Run`` is one bidirectional stream per run: the API sends ``Start``; the runner answers
 ``Started`` once a process is ready (asking for admission when the call queued), then any
