@@ -82,7 +82,7 @@ def serve(listen: str, settings: RunnerSettings, token: str) -> None:
     host = RunnerHost(sandboxes_for(settings))
     service = RunnerService(host)
     try:
-        server = make_server(service, listen, token, server_credentials(settings))
+        server, _ = make_server(service, listen, token, server_credentials(settings))
     finally:
         if old is not None:
             os.umask(old)
@@ -112,6 +112,6 @@ def hosted_runner(
     closers.append(host.close)
     service = RunnerService(host)
     closers.append(service.close)
-    server = make_server(service, f"unix:{path}", token)
+    server, _ = make_server(service, f"unix:{path}", token)
     closers.append(lambda: server.stop(grace=None).wait(5))
     return f"unix:{path}", token, host.sandboxes

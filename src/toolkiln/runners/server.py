@@ -279,8 +279,9 @@ def make_server(
     listen: str,
     token: str,
     credentials: grpc.ServerCredentials | None = None,
-) -> grpc.Server:
-    """A started server on ``listen`` (``unix:/path`` or ``host:port``)."""
+) -> tuple[grpc.Server, int]:
+    """A started server on ``listen`` (``unix:/path`` or ``host:port``; port 0: any free
+    one), and the port it took."""
     server = grpc.server(
         ThreadPoolExecutor(MAX_RUNS + 16, thread_name_prefix="toolkiln-grpc"),
         handlers=[handlers(service)],
@@ -295,4 +296,4 @@ def make_server(
     if not bound and not listen.startswith("unix:"):
         raise OSError(f"cannot listen on {listen}")
     server.start()
-    return server
+    return server, bound
