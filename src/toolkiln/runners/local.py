@@ -10,11 +10,13 @@ made for this start only, reaches it on its standard input, never in its environ
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import secrets
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -24,8 +26,10 @@ from toolkiln.config import SandboxSettings
 from toolkiln.domain.errors import ServiceUnavailable
 from toolkiln.runners.client import RunnerClient
 
+log = logging.getLogger("toolkiln.runners")
 START_S = 120.0  # its sandboxes start (packages of a first start may be fetched later)
 STOP_S = 45.0  # a drain: calls in flight end within their own timeout (30 s at most)
+RESTART_FIRST_S, RESTART_MAX_S = 0.2, 10.0
 # Host variables a runner's package installers (pip, npm) may need (where to find them,
 # the host's CA bundle, a proxy); nothing else of the API's environment reaches it.
 KEPT = (
@@ -67,24 +71,62 @@ class LocalRunner:
         self.path = path
         self.address = f"unix:{path}"
         self.token = secrets.token_urlsafe(32)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "toolkiln", "runner", "--listen", self.address, "--token-stdin"],
-            stdin=subprocess.PIPE,
-            # Its log goes to standard error; standard output may be a protocol's channel
-            # (``toolkiln mcp`` speaks MCP on it), which the runner must never hold.
-            stdout=subprocess.DEVNULL,
-            env=runner_env(settings),
-            cwd=data,
-            start_new_session=True,  # a Ctrl-C at the terminal reaches the API, which stops it
-        )
-        assert self.proc.stdin is not None
+        self._argv = [sys.executable, "-m", "toolkiln", "runner", "--listen", self.address]
+        self._env = runner_env(settings)
+        self._cwd = data
+        self._stopping = threading.Event()
+        self.restarts = 0
+        self.proc = self._spawn()
         try:
-            self.proc.stdin.write(self.token.encode() + b"\n")
-            self.proc.stdin.close()
             self._wait_ready()
         except BaseException:
             self.stop()
             raise
+        self._keeper = threading.Thread(target=self._keep, name="runner-keeper", daemon=True)
+        self._keeper.start()
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(
+            [*self._argv, "--token-stdin"],
+            stdin=subprocess.PIPE,
+            # Its log goes to standard error; standard output may be a protocol's channel
+            # (``toolkiln mcp`` speaks MCP on it), which the runner must never hold.
+            stdout=subprocess.DEVNULL,
+            env=self._env,
+            cwd=self._cwd,
+            start_new_session=True,  # a Ctrl-C at the terminal reaches the API, which stops it
+        )
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write(self.token.encode() + b"\n")
+            proc.stdin.close()
+        except OSError:
+            pass  # it died at once: the keeper or the start sees it
+        return proc
+
+    def _keep(self) -> None:
+        """A runner that ended while the API runs (killed, crashed) is started again, with
+        backoff; meanwhile /healthz says no runner takes calls (503), and calls not started
+        wait for it within their own time. Its address and credential stay the same."""
+        delay = RESTART_FIRST_S
+        while not self._stopping.is_set():
+            code = self.proc.wait()
+            if self._stopping.is_set():
+                return
+            log.error("the sandbox runner ended (status %s); starting it again", code)
+            if self._stopping.wait(delay):
+                return
+            try:
+                self.proc = self._spawn()
+                if self._stopping.is_set():  # stopped meanwhile: this one goes too
+                    self.proc.terminate()
+                    return
+                self._wait_ready()
+                self.restarts += 1
+                delay = RESTART_FIRST_S
+            except Exception as exc:  # the keeper outlives any one failure
+                log.error("the sandbox runner could not be started again: %s", exc)
+                delay = min(delay * 2, RESTART_MAX_S)
 
     def _wait_ready(self) -> None:
         probe = RunnerClient(self.address, self.token)
@@ -115,6 +157,7 @@ class LocalRunner:
 
     def stop(self) -> None:
         """SIGTERM (it drains), then SIGKILL if it has not ended in time."""
+        self._stopping.set()
         if self.proc.poll() is None:
             self.proc.terminate()
             try:

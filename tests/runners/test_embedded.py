@@ -1,0 +1,37 @@
+"""The embedded runner (``toolkiln serve`` alone): killed, it is started again, and the
+service answers again by itself; meanwhile /healthz says no runner takes calls."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import httpx
+
+from tests.reliability.harness import Serve, admin, wait_for
+from tests.runners.harness import cmdline, descendants
+
+TOKEN = "tk_embedded-admin-token"
+CODE = {"language": "python", "code": "def main(**p):\n    return {'message': 'back'}\n"}
+
+
+def _runner_of(api: Serve) -> int | None:
+    found = [p for p in descendants(api.proc.pid) if "toolkiln runner" in cmdline(p)]
+    return found[0] if len(found) == 1 else None
+
+
+def test_a_killed_embedded_runner_is_started_again(tmp_path: Path) -> None:
+    api = Serve(tmp_path / "data", {"TOOLKILN_BOOTSTRAP_TOKEN": TOKEN}).wait_ready(120)
+    try:
+        http = httpx.Client(base_url=api.base, headers=admin(TOKEN), timeout=60)
+        assert http.post("/v1/run-code", json=CODE).json()["data"]["message"] == "back"
+        first = wait_for("the runner", lambda: _runner_of(api), 30)
+        os.killpg(first, signal.SIGKILL)  # the runner and its sandbox processes
+        wait_for("a 503", lambda: httpx.get(f"{api.base}/healthz").status_code == 503, 30)
+        wait_for("a 200", lambda: httpx.get(f"{api.base}/healthz").status_code == 200, 120)
+        second = _runner_of(api)
+        assert second is not None and second != first
+        assert http.post("/v1/run-code", json=CODE).json()["data"]["message"] == "back"
+    finally:
+        api.terminate(60)
