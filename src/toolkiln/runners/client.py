@@ -155,6 +155,11 @@ class RunnerClient:
         if the runner could not take it; once it started, any failure of the runner or the
         way to it is ``infra`` (never counted against the tool)."""
         begun = time.perf_counter()
+        # The run's end as this process counts it: a ctx call answered past it ends the run
+        # as a timeout (the runner's own clock started a hop later).
+        ends = time.monotonic() + start.timeout_ms / 1000
+        if start.left_ms is not None:
+            ends = min(ends, time.monotonic() + start.left_ms / 1000)
         answers = _Answers(wire.encode(start))
         timeout = start.timeout_ms / 1000 + DEADLINE_MARGIN_S
         call = self._run(answers, timeout=timeout, metadata=self.metadata)
@@ -166,7 +171,8 @@ class RunnerClient:
             for raw in call:
                 message = wire.decode(raw, *FROM_RUNNER)
                 if isinstance(message, wire.Call):
-                    answers.send(wire.Reply(message.id, link.call(message.tool, message.input)))
+                    value = link.call(message.tool, message.input)
+                    answers.send(wire.Reply(message.id, value, time.monotonic() >= ends))
                 elif isinstance(message, wire.AuditRow):
                     answers.send(wire.AuditAck(link.audit(message.event, message.data)))
                 elif isinstance(message, wire.Started):

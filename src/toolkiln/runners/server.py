@@ -25,6 +25,7 @@ import grpc
 from toolkiln.domain.execution import RunOutcome, RunRequest
 from toolkiln.runners import wire
 from toolkiln.runners.host import RunnerHost
+from toolkiln.sandbox.jail import protocol
 
 log = logging.getLogger("toolkiln.runner")
 # A run whose process was ready within this long of its arrival keeps the admission the API
@@ -106,6 +107,8 @@ class StreamLink:
         if reply.id != self._ids:
             self._lost = True
             raise LinkLost()
+        if reply.late:  # the sandbox ends the run as a timeout (Sandbox.run_acquired)
+            raise protocol.FrameError("timeout", "the run's time ran out during a ctx call")
         return reply.value
 
     def audit(self, event: str, data: Any) -> str | None:

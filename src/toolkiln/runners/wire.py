@@ -81,8 +81,12 @@ class Admit:
 
 @dataclass(frozen=True, slots=True)
 class Reply:
+    """The answer to a ctx call. ``late``: the calling run's time ran out while it was
+    answered, as the API counts it (the run then ends as a timeout, as in-process)."""
+
     id: int
     value: Any
+    late: bool = False
 
 
 @dataclass(frozen=True, slots=True)
