@@ -33,6 +33,7 @@ INNER = "def main(**p):\n    return {'message': 'inner ' + str(p.get('n'))}\n"
 class Link:
     def __init__(self) -> None:
         self.calls: list[str] = []
+        self.rows = 0
 
     def admit(self) -> bool:
         return True
@@ -42,6 +43,7 @@ class Link:
         return {"ok": True}
 
     def audit(self, event: str, data: Any) -> str | None:
+        self.rows += 1
         return None
 
 
@@ -127,6 +129,12 @@ HOSTILE = {
         b'{"op": "ended", "x": "' + b"a" * (3 << 20) + b'"}',
     ],
     "no-outcome": [wire.encode(wire.Started(False))],
+    # More audit rows than a run's sandbox lets through (Caps.audit_rows): never all kept.
+    "audit-flood": [
+        wire.encode(wire.Started(False)),
+        *[wire.encode(wire.AuditRow("flood", i)) for i in range(300)],
+        wire.encode(wire.Done("return", {"message": "flooded"})),
+    ],
 }
 
 
@@ -162,7 +170,7 @@ def test_what_a_hostile_runner_sends_ends_the_run_as_infra(hostile: str, case: s
     out = client.run(start_of(req, "share", True), link)
     client.close()
     assert out.kind == "infra", out
-    assert link.calls == []
+    assert link.calls == [] and link.rows <= 200
 
 
 def test_a_nested_run_never_leaves_its_calls_runner(hosted: tuple[str, str]) -> None:

@@ -17,6 +17,7 @@ import grpc
 
 from toolkiln.domain.execution import RunLink, RunOutcome, RunRequest
 from toolkiln.runners import wire
+from toolkiln.sandbox.jail.protocol import Caps
 
 # Beyond a run's own timeout: what a runner may need before and after it (its process's
 # exit, the outcome's way back) before the API gives the run up as the runner's failure.
@@ -35,6 +36,10 @@ CHANNEL_OPTIONS = [
 ]
 
 
+CAPS = Caps()
+# Audit rows' bytes as the API reads them: the jail's cap on a call's rows, with room for the
+# message around each row.
+AUDIT_BYTES = CAPS.audit_bytes + CAPS.audit_rows * 256
 # What a runner answers a run it never started: unreachable or draining, or our credential
 # refused. Any other failure may come after the run started (its process killed with it).
 NOT_STARTED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNAUTHENTICATED)
@@ -165,11 +170,25 @@ class RunnerClient:
         call = self._run(answers, timeout=timeout, metadata=self.metadata)
         started = ended = False
         ran = False  # started and admitted: its end is told to the link (RunLink.ended)
+        frames = rows = row_bytes = 0  # what the runner sent, against the jail's own caps
         with self._lock:
             self.mine += 1
         try:
             for raw in call:
                 message = wire.decode(raw, *FROM_RUNNER)
+                if isinstance(message, wire.Call | wire.AuditRow):
+                    # A runner that keeps its sandbox's caps stays within these: past them the
+                    # run ends there as the tool's CtxLimitError (sandbox/session.py). Past
+                    # them here, the runner does not: its run is infra.
+                    frames += 1
+                    if isinstance(message, wire.AuditRow):
+                        rows, row_bytes = rows + 1, row_bytes + len(raw)
+                    if (
+                        frames > CAPS.ctx_frames
+                        or rows > CAPS.audit_rows
+                        or row_bytes > AUDIT_BYTES
+                    ):
+                        raise wire.WireError("more ctx frames than a run may send")
                 if isinstance(message, wire.Call):
                     value = link.call(message.tool, message.input)
                     answers.send(wire.Reply(message.id, value, time.monotonic() >= ends))
