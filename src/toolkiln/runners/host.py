@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from typing import Any
 
 from toolkiln.domain.execution import ResourceShare
 from toolkiln.sandbox.runner import Sandbox
 
 SERVING, DRAINING = "serving", "draining"
+IDLE_SHARES = 4096
 
 
 class RunnerHost:
@@ -20,10 +22,12 @@ class RunnerHost:
         self.state = SERVING
         self.in_flight = 0
         # Every run of one call names the same share: the root run's cgroup slot and the
-        # call's audit quota are shared with the runs nested under it (sandbox/shares.py).
-        # Kept while any run of the call is here; ids are the API's, unguessable, and
-        # mean nothing once the call's last run here has ended.
-        self._shares: dict[str, tuple[ResourceShare, int]] = {}
+        # call's audit quota are shared with the runs nested under it (sandbox/shares.py),
+        # and with its later runs (a generation's examples, one after another), as the API's
+        # own ResourceShare was in-process. Kept while a run of the call is here, and then
+        # among the last IDLE_SHARES idle ones; ids are the API's, and unguessable.
+        self._shares: OrderedDict[str, tuple[ResourceShare, int]] = OrderedDict()
+        self._idle = 0  # shares no run holds now
         self._cond = threading.Condition()
 
     def enter(self, share: str) -> ResourceShare | None:
@@ -33,18 +37,25 @@ class RunnerHost:
             if self.state != SERVING:
                 return None
             self.in_flight += 1
-            held, count = self._shares.get(share, (ResourceShare(), 0))
+            held, count = self._shares.pop(share, (None, 0))
+            if held is None:
+                held = ResourceShare()
+            elif count == 0:
+                self._idle -= 1
             self._shares[share] = (held, count + 1)
             return held
 
     def leave(self, share: str) -> None:
         with self._cond:
             self.in_flight -= 1
-            held, count = self._shares[share]
-            if count > 1:
-                self._shares[share] = (held, count - 1)
-            else:
-                del self._shares[share]
+            held, count = self._shares.pop(share)
+            self._shares[share] = (held, count - 1)  # the most recently used last
+            if count == 1:
+                self._idle += 1
+            while self._idle > IDLE_SHARES:  # the oldest idle share goes (found first)
+                oldest = next(k for k, (_, n) in self._shares.items() if n == 0)
+                del self._shares[oldest]
+                self._idle -= 1
             self._cond.notify_all()
 
     def drain(self, timeout: float) -> bool:

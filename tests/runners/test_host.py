@@ -1,0 +1,39 @@
+"""A runner's own bookkeeping (runners/host.py): a call's share outlives each of its runs,
+idle shares are bounded, and a draining runner takes no new run."""
+
+from __future__ import annotations
+
+import pytest
+
+from toolkiln.runners import host as host_module
+from toolkiln.runners.host import RunnerHost
+
+
+def test_a_calls_later_runs_get_its_share_and_idle_shares_are_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(host_module, "IDLE_SHARES", 3)
+    host = RunnerHost({})
+    first = host.enter("call-1")
+    nested = host.enter("call-1")
+    assert first is nested and host.in_flight == 2
+    host.leave("call-1")
+    host.leave("call-1")
+    again = host.enter("call-1")  # a later run of the same call (a generation's next example)
+    assert again is first
+    host.leave("call-1")
+    for n in range(2, 6):  # four other calls come and go: the oldest idle share goes
+        host.enter(f"call-{n}")
+        host.leave(f"call-{n}")
+    assert host.enter("call-1") is not first
+    assert host.in_flight == 1
+
+
+def test_a_draining_runner_takes_no_new_run() -> None:
+    host = RunnerHost({})
+    held = host.enter("call")
+    assert held is not None
+    assert not host.drain(0.01)  # one run is still in flight
+    assert host.enter("another") is None
+    host.leave("call")
+    assert host.drain(0.01)
