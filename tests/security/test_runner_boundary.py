@@ -78,7 +78,11 @@ def test_escaped_code_finds_no_credential_above_it(tmp_path: Path) -> None:
                     assert value not in text, f"a credential in {cmdline(pid)}"
                 assert 5432 not in tcp_peers(pid)
             others = set(descendants(api.proc.pid)) - {runner, *descendants(runner)}
-            assert not others, [cmdline(p) for p in others]
+            # Besides the runner, only the code checkers (parsers, no sandbox): empty env.
+            assert all("toolkiln.sandbox.checker" in cmdline(p) for p in others), [
+                cmdline(p) for p in others
+            ]
+            assert all(environ(p).strip() == "" for p in others)
         finally:
             api.terminate(60)
         wait_for("the runner to stop", lambda: not Path(f"/proc/{runner}").exists(), 60)
