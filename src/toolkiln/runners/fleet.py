@@ -38,7 +38,18 @@ from toolkiln.runners.client import NotStarted, RunnerClient, infra, start_of
 log = logging.getLogger("toolkiln.runners")
 CHECK_S = 1.0
 RESOLVE_S = 10.0
-DESCRIBE_S = 1.0  # how long a runner's description is kept
+DESCRIBE_S = 1.0  # how long a runner's description is used before it is asked again
+# A runtime no runner has described yet (the shape services/system.py gives a missing one).
+UNAVAILABLE: dict[str, Any] = {
+    "available": False,
+    "ready": False,
+    "entrypoints": [],
+    "return_contract": "",
+    "ctx": [],
+    "limits": {},
+    "isolation": {},
+    "dependencies": [],
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,7 +230,9 @@ class Fleet:
     # --- the rest of the CodeRunner port
 
     def describe(self, language: str) -> dict[str, Any]:
-        """What a usable runner says of ``language`` (kept ``DESCRIBE_S``)."""
+        """What a usable runner says of ``language``, asked again after ``DESCRIBE_S``. A
+        runner that does not answer in time leaves the last answer in place (marked not
+        ready); with none ever had, the shape of an unavailable runtime."""
         now = time.monotonic()
         kept = self._described.get(language)
         if kept is not None and now - kept[0] < DESCRIBE_S:
@@ -232,14 +245,14 @@ class Fleet:
             except (grpc.RpcError, ValueError):
                 continue
             for name, value in described.items():
-                self._described[name] = (now, value)
-            if language in described:
-                return described[language]
-        return {
-            "available": True,
-            "ready": False,
-            "pool": {"degraded": True, "reason": "no runner can take calls"},
-        }
+                if isinstance(value, dict):
+                    self._described[name] = (now, value)
+            if language in self._described and self._described[language][0] == now:
+                return self._described[language][1]
+        why = "no runner can take calls"
+        if kept is not None:
+            return {**kept[1], "ready": False, "pool": {"degraded": True, "reason": why}}
+        return {**UNAVAILABLE, "pool": {"degraded": True, "reason": why}}
 
     def prepare(self, language: str, imports: Sequence[str]) -> None:
         """Every usable runner starts installing the listed packages among ``imports``."""
