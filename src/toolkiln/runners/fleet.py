@@ -105,6 +105,7 @@ class Fleet:
         self._closed = threading.Event()
         self._resolved = 0.0
         self._described: dict[str, tuple[float, dict[str, Any]]] = {}
+        self._describing = threading.Lock()  # one asker at a time
         self._side = ThreadPoolExecutor(2, thread_name_prefix="toolkiln-fleet")
         self.refresh()
         self._watcher: threading.Thread | None = None
@@ -230,13 +231,33 @@ class Fleet:
     # --- the rest of the CodeRunner port
 
     def describe(self, language: str) -> dict[str, Any]:
-        """What a usable runner says of ``language``, asked again after ``DESCRIBE_S``. A
-        runner that does not answer in time leaves the last answer in place (marked not
-        ready); with none ever had, the shape of an unavailable runtime."""
-        now = time.monotonic()
+        """What a usable runner says of ``language``. An answer older than ``DESCRIBE_S`` is
+        still given while one thread asks again (so callers never queue behind a slow
+        runner); only the first answer is waited for, by one asker at a time. A runner that
+        does not answer leaves the last answer in place, marked not ready; with none ever
+        had, the shape of an unavailable runtime. Guarded by tests/runners/test_fleet.py."""
         kept = self._described.get(language)
-        if kept is not None and now - kept[0] < DESCRIBE_S:
+        if kept is not None:
+            if time.monotonic() - kept[0] >= DESCRIBE_S and self._describing.acquire(False):
+                try:
+                    self._side.submit(self._describe_now, language)
+                except RuntimeError:  # closed
+                    self._describing.release()
             return kept[1]
+        with self._describing:
+            if language not in self._described:
+                self._ask(language)
+        return self._described[language][1]
+
+    def _describe_now(self, language: str) -> None:
+        try:
+            self._ask(language)
+        finally:
+            self._describing.release()
+
+    def _ask(self, language: str) -> None:
+        """Ask the usable runners in turn until one describes ``language``."""
+        now = time.monotonic()
         for runner in self.runners():
             if not runner.usable:
                 continue
@@ -248,11 +269,11 @@ class Fleet:
                 if isinstance(value, dict):
                     self._described[name] = (now, value)
             if language in self._described and self._described[language][0] == now:
-                return self._described[language][1]
-        why = "no runner can take calls"
-        if kept is not None:
-            return {**kept[1], "ready": False, "pool": {"degraded": True, "reason": why}}
-        return {**UNAVAILABLE, "pool": {"degraded": True, "reason": why}}
+                return
+        why = {"degraded": True, "reason": "no runner can take calls"}
+        kept = self._described.get(language)
+        shown = {**kept[1], "ready": False} if kept is not None else dict(UNAVAILABLE)
+        self._described[language] = (now, {**shown, "pool": why})
 
     def prepare(self, language: str, imports: Sequence[str]) -> None:
         """Every usable runner starts installing the listed packages among ``imports``."""
