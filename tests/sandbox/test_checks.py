@@ -92,8 +92,9 @@ def test_a_checker_serves_one_workspace_only(pool: CheckerPool) -> None:
 
 def test_a_workspace_holds_all_checkers_but_one_and_queues_few() -> None:
     """Four slow texts of one workspace: two run on two of three checkers, two wait, and a
-    fifth is refused at once; another workspace's text is checked at once."""
-    checks = CheckerPool(workers=3, seconds=5.0)
+    fifth is refused at once; another workspace's text is checked at once. Each slow text
+    parses in 3.8 s on a quiet machine: a 2 s limit ends every one of them."""
+    checks = CheckerPool(workers=3, seconds=2.0)
     done: list[str] = []
     try:
         slow = [
