@@ -24,7 +24,6 @@ from tests.conftest import PG_URL
 from tests.model_server import ScriptedModel, propose
 from tests.reliability.harness import Serve, admin, fresh_postgres_database, wait_for
 from tests.runners.harness import Runner, cmdline, descendants, environ, open_files, tcp_peers
-from toolkiln.runners.client import RunnerClient
 
 TOKEN = "tk_topology-admin-" + secrets.token_hex(6)
 RUNNER_TOKEN = "runner-" + secrets.token_hex(16)
@@ -240,21 +239,25 @@ def pair(tmp_path: Path) -> Iterator[tuple[Serve, list[Runner]]]:
         yield api, runners
 
 
-def _busy(runners: list[Runner]) -> Runner:
-    """The runner the one call in flight runs on (as the runners say)."""
+def _runs(api: Serve) -> dict[str, int]:
+    """Runs of ``api`` that started on each runner, as its /healthz says."""
+    body = httpx.get(f"{api.base}/healthz", timeout=5).json()
+    return {r["address"]: r["runs"] for r in body.get("runners") or []}
+
+
+def _busy(api: Serve, runners: list[Runner], before: dict[str, int]) -> Runner:
+    """The runner the one call in flight runs on: the one whose start the API has heard of
+    since ``before`` (a runner counts a run in flight before it starts; one killed then
+    gives the run to another runner, by design)."""
 
     def running() -> Runner | None:
+        now = _runs(api)
         for runner in runners:
-            probe = RunnerClient(runner.address, RUNNER_TOKEN)
-            try:
-                probe.check()
-                if probe.in_flight:
-                    return runner
-            finally:
-                probe.close()
+            if now.get(runner.address, 0) > before.get(runner.address, 0):
+                return runner
         return None
 
-    return wait_for("a call in flight", running, 30)
+    return wait_for("a call started", running, 30)
 
 
 def _in_background(http: httpx.Client, tool_id: str, payload: dict[str, Any]) -> dict[str, Any]:
@@ -278,8 +281,9 @@ def test_a_runner_killed_mid_call_is_an_uncounted_infra_error(
     ws = _workspace(http)
     sleepy = _tool(http, ws, "sleepy", SLEEPY, timeout_ms=25000)
     quick = _tool(http, ws, "quick", INNER)
+    before = _runs(api)
     box = _in_background(http, sleepy["id"], {"s": 20})
-    victim = _busy(runners)
+    victim = _busy(api, runners, before)
     victim.kill()
     box["thread"].join(30)
     result = box["result"]
@@ -300,8 +304,9 @@ def test_a_draining_runner_finishes_its_calls_and_takes_no_new_ones(
     ws = _workspace(http)
     sleepy = _tool(http, ws, "sleepy", SLEEPY, timeout_ms=25000)
     quick = _tool(http, ws, "quick", INNER)
+    before = _runs(api)
     box = _in_background(http, sleepy["id"], {"s": 3})
-    draining = _busy(runners)
+    draining = _busy(api, runners, before)
     draining.proc.send_signal(signal.SIGTERM)
     for n in range(5):  # while it drains, new calls are served (by the other runner)
         r = http.post(f"/v1/custom-tools/{quick['id']}/invoke", json={"input": {"n": n}})

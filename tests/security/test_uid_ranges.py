@@ -3,9 +3,14 @@ calls of two services never share the per-uid process limit or may signal each o
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
+
+import pytest
 
 from toolkiln.sandbox.uids import UidRange
 
@@ -73,3 +78,24 @@ def test_a_released_range_is_claimed_again() -> None:
         assert second.first <= start  # the lowest free slot: that one (or one freed since)
     finally:
         second.release()
+
+
+def test_a_slots_directory_without_its_search_bit_is_repaired() -> None:
+    """Made under a umask of 0177 (the runner's socket's), the directory lacked its search bit
+    and only CAP_DAC_OVERRIDE could use it: a root without it (the image's) could not start."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to run a root without CAP_DAC_OVERRIDE")
+    slots = Path("/run/toolkiln-uid-slots")
+    slots.mkdir(mode=0o700, exist_ok=True)
+    os.chmod(slots, 0o600)
+    done = subprocess.run(
+        ["setpriv", "--bounding-set=-dac_override", sys.executable, "-c", CLAIM],
+        input="\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert int(done.stdout.split()[0]) >= 1_000_000
+    assert slots.stat().st_mode & 0o777 == 0o700

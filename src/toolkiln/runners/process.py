@@ -70,17 +70,18 @@ def server_credentials(settings: RunnerSettings) -> grpc.ServerCredentials | Non
 
 def serve(listen: str, settings: RunnerSettings, token: str) -> None:
     """Serve until a stop signal, then drain and close."""
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    host = RunnerHost(sandboxes_for(settings))
+    service = RunnerService(host)
+    old = None
     if listen.startswith("unix:"):
         path = Path(listen.removeprefix("unix:").removeprefix("//"))
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.exists() or path.is_symlink():
             path.unlink()
-        old = os.umask(0o177)  # the socket is its owner's alone
-    else:
-        old = None
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    host = RunnerHost(sandboxes_for(settings))
-    service = RunnerService(host)
+        # The socket is its owner's alone; only its bind runs under this umask (the
+        # sandboxes' directories made under it lacked their search bit: tests/deploy).
+        old = os.umask(0o177)
     try:
         server, _ = make_server(service, listen, token, server_credentials(settings))
     finally:

@@ -38,6 +38,11 @@ def _slots_dir() -> Path:
         with contextlib.suppress(OSError):
             path.mkdir(mode=0o700, exist_ok=True)
             info = path.lstat()
+            if stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid():
+                # 0700 whatever the umask it was made under: without its search bit only
+                # a process with CAP_DAC_OVERRIDE could use it (tests/security/test_uid_ranges.py).
+                os.chmod(path, 0o700)
+                info = path.lstat()
             if (
                 stat.S_ISDIR(info.st_mode)
                 and info.st_uid == os.geteuid()
