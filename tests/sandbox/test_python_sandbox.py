@@ -693,6 +693,42 @@ def test_a_template_at_its_uid_capacity_makes_the_children_it_owes(
         sb.close()
 
 
+def test_calls_beyond_the_warm_children_run_at_once_and_the_pool_shrinks_back(
+    tmp_path: Path,
+) -> None:
+    """Six slow calls with two warm children: each waiting call has a child made for it, so
+    all six run at once (the fair share's places, not the warm count, bound them); once they
+    end, the pool holds its two warm children again, not six."""
+    sb = python_sandbox(PackageStore(tmp_path), warm=2)
+    code = (
+        "import time\n"
+        "def handle(i, c):\n"
+        "    start = time.time()\n"
+        "    time.sleep(2)\n"
+        "    return [start, time.time()]\n"
+    )
+    try:
+        outs: list[object] = []
+        threads = [
+            threading.Thread(target=lambda: outs.append(run(sb, code, 20000))) for _ in range(6)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        spans = [o.value for o in outs if o.kind == "return"]  # type: ignore[attr-defined]
+        assert len(spans) == 6, outs
+        assert max(s[0] for s in spans) < min(s[1] for s in spans), "a call waited for another"
+        deadline = time.monotonic() + 10
+        while sb.template.health()["warm"] != 2:
+            assert time.monotonic() < deadline, sb.template.health()
+            time.sleep(0.05)
+        time.sleep(0.5)  # no late child beyond the two
+        assert sb.template.health()["warm"] == 2
+    finally:
+        sb.close()
+
+
 def test_children_the_host_throws_away_are_not_replaced_without_end(tmp_path: Path) -> None:
     """Only a child that served a call is replaced when its end is reported: one the host
     throws away (here: its cgroup cannot be joined, in strict mode) is not, so a fault in

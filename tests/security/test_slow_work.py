@@ -264,3 +264,46 @@ def call_program_over_mcp(base: str, agent_id: str, token: str, program: dict) -
                     return await session.call_tool("run_program", program)
 
     return anyio.run(run)
+
+
+SLEEPER = "import time\ndef main(**p):\n    time.sleep(12)\n    return {'message': 'a'}\n"
+CALLS = 80  # more than the call pool's 64 threads
+
+
+def test_a_flood_of_slow_calls_leaves_other_workspaces_a_thread_and_a_place(
+    stage: Stage,
+) -> None:
+    """A sends more slow tool calls than there are call threads; B's call is answered while
+    every one of A's is still in flight (A holds at most all threads but a reserve, and all
+    sandbox places but one)."""
+    a, b = stage.a, stage.b
+    with httpx.Client(base_url=stage.base, timeout=WAIT_S) as http:
+        ids = {}
+        for who, code in ((a, SLEEPER), (b, "def main(**p):\n    return {'message': 'b'}\n")):
+            tool = {"workspace_id": who.workspace_id, "name": "t", "language": "python"}
+            r = http.post(
+                "/v1/custom-tools",
+                json=tool | {"code": code, "timeout_ms": 30000},
+                headers=who.headers,
+            )
+            assert r.status_code == 201, r.text
+            ids[who.token] = r.json()["data"]["id"]
+
+        def invoke(who: Tenant) -> httpx.Response:
+            path = f"/v1/custom-tools/{ids[who.token]}/invoke"
+            return post(stage.base, path, {"input": {}}, who.headers)
+
+        invoke(a)  # A's token is known: its calls wait as A's (services/turns.py)
+        pool = ThreadPoolExecutor(CALLS)
+        futures = [pool.submit(invoke, a) for _ in range(CALLS)]
+        pool.shutdown(wait=False)
+
+        def load() -> int:
+            runners = http.get("/healthz").json()["runners"]
+            return sum(r["in_flight"] + r["waiting"] for r in runners)
+
+        until(lambda: load() >= 40, "A's calls hold the sandbox's places and wait for more")
+        r = invoke(b)
+        assert r.status_code == 200 and r.json()["data"]["message"] == "b", r.text
+        ended = [f.result().text[:300] for f in futures if f.done()]
+        assert not ended, f"B waited for one of A's slow calls to end: {ended}"

@@ -13,7 +13,7 @@ import toolkiln
 from toolkiln.api import errors
 from toolkiln.api.middleware import BodyLimit, Metrics, NoNul
 from toolkiln.api.models import ErrorEnvelope
-from toolkiln.api.offload import Offload, work_threads
+from toolkiln.api.offload import RESERVE, Offload, work_threads
 from toolkiln.api.routes import (
     access,
     agents,
@@ -63,7 +63,7 @@ def create_app(
     # Tool calls (invoke, agents' tool calls, built-in calls) on one pool, long work on
     # another (api/offload.py); neither is the thread limiter of FastAPI's sync routes and
     # of the token check, so reads and authentication never wait behind them.
-    app.state.offload = Offload()
+    app.state.offload = Offload(reserve=RESERVE)
     app.state.work = Offload(work_threads(services), "toolkiln-work")
     app.state.metrics_token = metrics_token
     app.state.registry = CollectorRegistry()

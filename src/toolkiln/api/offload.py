@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from toolkiln.services.container import Services
+from toolkiln.services.turns import Turns
 
 T = TypeVar("T")
 # A call holds its thread while its tool runs (the Python sandbox runs at most 32 at once,
@@ -42,14 +43,28 @@ def work_threads(services: Services) -> int:
     return services.places.config.total + SHORT_WORK_THREADS
 
 
-class Offload:
-    def __init__(self, threads: int = THREADS, name: str = "toolkiln-call") -> None:
-        self._pool = ThreadPoolExecutor(threads, thread_name_prefix=name)
+# Threads of the call pool no one workspace may hold: other workspaces' calls always find
+# one (services/turns.py; tests/security/test_slow_work.py).
+RESERVE = THREADS // 4
 
-    async def __call__(self, fn: Callable[..., T], *args: Any) -> T:
+
+class Offload:
+    """A pool of threads; with ``reserve``, tool calls take turns on it by workspace."""
+
+    def __init__(
+        self, threads: int = THREADS, name: str = "toolkiln-call", reserve: int | None = None
+    ) -> None:
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix=name)
+        self.turns = Turns(threads, reserve) if reserve is not None else None
+
+    async def __call__(self, fn: Callable[..., T], *args: Any, turn: str | None = None) -> T:
+        """``fn(*args)`` on a thread; with ``turn`` (a workspace id), once it is its turn."""
         loop = asyncio.get_running_loop()
         run = functools.partial(contextvars.copy_context().run, fn, *args)
-        return await loop.run_in_executor(self._pool, run)
+        if self.turns is None or turn is None:
+            return await loop.run_in_executor(self._pool, run)
+        async with self.turns.turn(turn):
+            return await loop.run_in_executor(self._pool, run)
 
     def close(self) -> None:
         """No new calls; the ones running finish on their threads."""

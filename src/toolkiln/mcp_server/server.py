@@ -27,6 +27,7 @@ from toolkiln.mcp_server.render import error_text
 from toolkiln.services.background import Loop
 from toolkiln.services.container import Services
 from toolkiln.services.invoke import CallContext
+from toolkiln.services.turns import Turns
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +208,8 @@ def make_server(services: Services, resolve: Resolve, listeners: Listeners) -> S
     # Tool calls run on threads of their own, not anyio's default limiter, which serves the
     # REST API's reads and token checks: slow tools cannot hold those up.
     calls = anyio.CapacityLimiter(CALL_THREADS)
+    # ... taken in turns by workspace: no one workspace holds them all (services/turns.py).
+    turns = Turns(CALL_THREADS, CALL_THREADS // 4)
 
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
@@ -219,12 +222,18 @@ def make_server(services: Services, resolve: Resolve, listeners: Listeners) -> S
         if status:
             await ctx.session.report_progress(0, 1, status)
         try:
-            result = await anyio.to_thread.run_sync(
-                lambda: services.agents.dispatch(
-                    principal, agent_id, params.name, params.arguments or {}, CallContext(), at.mode
-                ),
-                limiter=calls,
-            )
+            async with turns.turn(principal.workspace_id):
+                result = await anyio.to_thread.run_sync(
+                    lambda: services.agents.dispatch(
+                        principal,
+                        agent_id,
+                        params.name,
+                        params.arguments or {},
+                        CallContext(),
+                        at.mode,
+                    ),
+                    limiter=calls,
+                )
         except TooManyRequests as busy:  # run_program or run_code over the workspace's share
             return _failed({"code": busy.code, "message": busy.message, "details": busy.details})
         if status:

@@ -176,6 +176,13 @@ class Template:
         # thread asks for the replacement when the template reports the end, so the call's
         # own thread never wakes the template (docs/decisions/100-warm-children-from-a-template.md).
         self._served: set[tuple[int, int]] = set()
+        # Takers waiting for a child, and children asked for and not yet here: while more
+        # wait than are coming, more are asked for (``_take_ready``). Those beyond the warm
+        # ones are ``_on_demand``: as many served children's ends are then not replaced, so
+        # the pool shrinks back to warm.
+        self._waiting = 0
+        self._coming = 0
+        self._on_demand = 0
         self._handles: dict[tuple[int, int], Handle | None] = {}
         # One lock, and one condition per kind of waiter, so that a child made or ended wakes
         # only those waiting for it: takers (a child ready), the runners waiting for their
@@ -285,6 +292,7 @@ class Template:
             gen.alive = False
             self._dead_gens.add(gen.number)
             self._served = {k for k in self._served if k[0] != gen.number}
+            self._coming = self._on_demand = 0
             if not self._closed.is_set():
                 self._degraded = "the sandbox template died; restarting it"
                 log.error("sandbox template (generation %d) died; restarting it", gen.number)
@@ -324,6 +332,7 @@ class Template:
                     child.close()
                     return
         with self._cond:
+            self._coming = max(0, self._coming - 1)
             self._handles[(gen.number, child.pid)] = child.cgroup
             if not gen.alive:
                 child.close()
@@ -339,8 +348,11 @@ class Template:
             handle = self._handles.pop(key, None)
             served = key in self._served
             self._served.discard(key)
+            if served and self._on_demand:
+                self._on_demand -= 1
+                served = False  # it stood for a child made on demand: not replaced
         if served and gen.alive:
-            gen.request(1)  # a child that served a call: never one discarded or dead unused
+            self._request(1)  # a child that served a call: never one discarded or dead unused
         # The OOM killer ends a process with SIGKILL: any other end needs no read of the
         # slot's count (three system calls for every call's child on the reader's thread).
         killed = msg.get("signal") == signal.SIGKILL
@@ -380,6 +392,8 @@ class Template:
     def _request(self, n: int) -> None:
         gen = self._gen
         if gen is not None and gen.alive:
+            with self._cond:
+                self._coming += n
             gen.request(n)
 
     def give_back(self, child: WarmChild) -> None:
@@ -454,6 +468,7 @@ class Template:
         rank: Callable[[WarmChild], int] | None,
     ) -> WarmChild:
         dead: list[WarmChild] = []
+        waiting = False
         try:
             with self._cond:
                 while True:
@@ -478,6 +493,10 @@ class Template:
                         if child.gen == current:
                             self._discarded += 1
                             self._request(1)
+                    if not waiting:
+                        waiting = True
+                        self._waiting += 1
+                    self._ask_for_takers()
                     left = deadline - time.monotonic()
                     if left <= 0:
                         if not self.alive:
@@ -492,8 +511,25 @@ class Template:
                     self._cond.notify()
             raise
         finally:
+            if waiting:
+                with self._cond:
+                    self._waiting -= 1
             for child in dead:
                 child.close()
+
+    def _ask_for_takers(self) -> None:
+        """Under the lock: a child coming for each waiting taker. A taker holds a place of
+        the sandbox's fair share, so its call runs now rather than when another call's child
+        ends (a child made for one waiter may be taken by a taker that came later: then more
+        are asked for). Without it, calls ran at most ``warm`` at once and waiting takers
+        were woken in no order, the fair share's order lost (tests/security/test_slow_work.py).
+        Only where each child serves one call (``replace_on_exit``)."""
+        if not self.config.replace_on_exit or not self.alive:
+            return
+        need = self._waiting - self._coming
+        if need > 0:
+            self._on_demand += need
+            self._request(need)
 
     def wait_exit(self, child: WarmChild, timeout: float) -> ExitInfo | None:
         """How ``child`` ended; None if the template did not say in time (then the process

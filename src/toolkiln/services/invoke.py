@@ -27,6 +27,7 @@ from toolkiln.services.ports import UnitOfWorkFactory
 from toolkiln.services.router import RUN_CODE_TIMEOUT_MS, Router
 from toolkiln.services.runs import Code, Runs, unrunnable
 from toolkiln.services.tools import ToolService
+from toolkiln.services.turns import WorkspaceHints
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +93,12 @@ class InvokeService:
         self._tools = tools
         self._drafts = drafts
         self._places = places or Places()
+        # Whose turn a call waits for before its thread reads its token (services/turns.py).
+        self.hints = WorkspaceHints()
+
+    def turn_key(self, bearer: str | None) -> str:
+        """The workspace a call with this token waits for a thread as (services/turns.py)."""
+        return self.hints.key(hash_of(bearer)) if bearer else "no token"
 
     # -- public use cases
 
@@ -117,6 +124,8 @@ class InvokeService:
             check_ids(who)
             if tool is None or not principal.can_see(tool.workspace_id):
                 raise NotFound("No custom tool with that id.")
+            if hashed:
+                self.hints.note(hashed, tool.workspace_id)
             call_id = who.tool_call_id or new_id()
             if who.tool_call_id is not None and tx.calls.exists(tool.workspace_id, call_id):
                 raise duplicate_call_id()

@@ -128,5 +128,13 @@ async def tool_call(
         conversation_id=body.conversation_id,
         power_user_id=body.power_user_id,
     )
-    result = await pool(svc.agents.dispatch, who, agent_id, body.name, body.arguments, context)
+    result = await pool(
+        svc.agents.dispatch,
+        who,
+        agent_id,
+        body.name,
+        body.arguments,
+        context,
+        turn=who.workspace_id,
+    )
     return {"data": result.as_dict()}

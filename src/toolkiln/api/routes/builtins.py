@@ -48,7 +48,8 @@ async def call_builtin(
         agent_id=body.agent_id,
         source="llm" if body.agent_id else "api",
     )
-    return {"data": await pool(svc.invoke.call_builtin, who, name, body.input, context)}
+    call = svc.invoke.call_builtin
+    return {"data": await pool(call, who, name, body.input, context, turn=who.workspace_id)}
 
 
 @router.get("/outbox")

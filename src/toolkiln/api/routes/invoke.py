@@ -73,8 +73,13 @@ async def _invoke(
         power_user_id=body.power_user_id,
         source="llm" if body.agent_id else "api",
     )
-    credential = who if who is not None else Bearer(bearer_of(request))
-    result = await offload(svc.invoke.invoke, credential, tool_id, body.input, context)
+    if who is not None:
+        credential: Principal | Bearer = who
+        turn = who.workspace_id
+    else:
+        credential = Bearer(bearer_of(request))
+        turn = svc.invoke.turn_key(credential.value)
+    result = await offload(svc.invoke.invoke, credential, tool_id, body.input, context, turn=turn)
     # The Result is built by the domain: hand FastAPI a finished response instead of having
     # it validate and re-encode the dict (response_model stays for the document).
     return JSONResponse({"data": result.as_dict()})
