@@ -21,13 +21,15 @@ from toolkiln.builtins.http import HttpRequest
 from toolkiln.builtins.reach import ssl_context
 from toolkiln.builtins.search import WebSearch, make_provider
 from toolkiln.config import Settings
+from toolkiln.domain.analysis import Analysis
+from toolkiln.domain.errors import ServiceUnavailable
 from toolkiln.domain.opaque import KEY_BYTES, Positions
 from toolkiln.domain.schema import use_searcher
 from toolkiln.mcp_server.http import McpHttp
+from toolkiln.runners.analyser import RemoteAnalyser
 from toolkiln.runners.fleet import Fleet, RemoteRunner
 from toolkiln.runners.local import LocalRunner, channel_credentials
 from toolkiln.sandbox import patterns
-from toolkiln.sandbox.checks import CheckerPool
 from toolkiln.services.access import AccessService
 from toolkiln.services.agents import AgentService
 from toolkiln.services.analysis import CachedAnalyser
@@ -40,7 +42,13 @@ from toolkiln.services.generate import GenerateService
 from toolkiln.services.invoke import DraftRunner, InvokeService
 from toolkiln.services.outbox import OutboxService
 from toolkiln.services.places import Places, PlacesConfig
-from toolkiln.services.ports import BuiltinTool, ChatModel, CodeRunner, UnitOfWorkFactory
+from toolkiln.services.ports import (
+    BuiltinTool,
+    ChatModel,
+    CodeAnalyser,
+    CodeRunner,
+    UnitOfWorkFactory,
+)
 from toolkiln.services.router import Router
 from toolkiln.services.runs import Runs
 from toolkiln.services.secrets import SecretService
@@ -57,14 +65,15 @@ log = logging.getLogger("toolkiln")
 @dataclass(slots=True)
 class Runtime:
     """Everything a running Toolkiln holds, so that it can be closed in one place.
-    ``sandboxes``: only with a runner hosted in this process (``build(hosted=True)``)."""
+    ``sandboxes`` and ``checks`` (the code checkers, sandbox/checks.py): only with a runner
+    hosted in this process (``build(hosted=True)``)."""
 
     settings: Settings
     database: Database
     services: Services
     fleet: Fleet | None = None
     sandboxes: dict[str, Any] = field(default_factory=dict)
-    checks: CheckerPool | None = None  # where tool code is parsed (sandbox/checks.py)
+    checks: Any = None
     closers: list[Callable[[], None]] = field(default_factory=list)
 
     def loops(self) -> dict[str, Loop]:
@@ -76,8 +85,7 @@ class Runtime:
         while self.closers:
             self.closers.pop()()
         self.sandboxes.clear()
-        if self.checks is not None:
-            self.checks.close()
+        self.checks = None
         self.database.dispose()
 
 
@@ -132,22 +140,20 @@ def build(
         log.info("migrated the database to revision %s", revision)
     closers: list[Callable[[], None]] = [database.dispose]
     fleet: Fleet | None = None
-    sandboxes: dict[str, Any] = {}
+    host: Any = None
     runners: dict[str, CodeRunner] = {}
+    analyser: CodeAnalyser = _NoAnalyser()
     if sandbox:
         try:
-            fleet, sandboxes = _fleet(settings, closers, hosted)
+            fleet, host = _fleet(settings, closers, hosted)
         except BaseException:
             _close_all(closers)
             raise
         runners = {n: RemoteRunner(n, fleet) for n in ("python", "javascript")}
+        # Tool code is analysed by the runners' code checkers only, each text once per
+        # workspace (the answers kept here).
+        analyser = CachedAnalyser(RemoteAnalyser(fleet))
     closers.remove(database.dispose)  # Runtime.close disposes of it last
-    # Tool code is parsed in checker processes only, each text once per workspace; started
-    # on first use by commands that only touch the database.
-    checks = CheckerPool(strict=not settings.sandbox_insecure)
-    if sandbox:
-        checks.warm()
-    analyser = CachedAnalyser(checks)
     uow = database.transaction
     signing_key = _signing_key(settings, database)
     logs.protect(signing_key.decode())
@@ -201,13 +207,22 @@ def build(
         background=background,
         places=places,
     )
+    sandboxes = dict(host.sandboxes) if host is not None else {}
+    checks = host.checks if host is not None else None
     return Runtime(settings, database, services, fleet, sandboxes, checks, closers)
+
+
+class _NoAnalyser:
+    """The ``CodeAnalyser`` of commands built without runners (``sandbox=False``)."""
+
+    def analyse(self, language: str, code: str, workspace_id: str) -> Analysis:
+        raise ServiceUnavailable("This command checks no tool code (it has no runner).")
 
 
 def _fleet(
     settings: Settings, closers: list[Callable[[], None]], hosted: bool = False
-) -> tuple[Fleet, dict[str, Any]]:
-    """The runners this process sends code to, and (hosted only) the sandboxes it serves."""
+) -> tuple[Fleet, Any]:
+    """The runners this process sends code to, and (hosted only) the runner it serves."""
     if settings.runners:
         token = settings.runner_token.get_secret_value() if settings.runner_token else ""
         credentials = channel_credentials(
@@ -216,18 +231,19 @@ def _fleet(
         targets = [t.strip() for t in settings.runners.split(",") if t.strip()]
         fleet = Fleet(targets, token, credentials)
         closers.append(fleet.close)
-        return fleet, {}
+        return fleet, None
+    host = None
     if hosted:
         from toolkiln.runners.process import hosted_runner
 
-        address, token, sandboxes = hosted_runner(settings, closers)
+        address, token, host = hosted_runner(settings, closers)
     else:
         local = LocalRunner(settings)
         closers.append(local.stop)
-        address, token, sandboxes = local.address, local.token, {}
+        address, token = local.address, local.token
     fleet = Fleet([address], token)
     closers.append(fleet.close)
-    return fleet, sandboxes
+    return fleet, host
 
 
 def _close_all(closers: list[Callable[[], None]]) -> None:

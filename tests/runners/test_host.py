@@ -1,5 +1,5 @@
 """A runner's own bookkeeping (runners/host.py): a call's share outlives each of its runs,
-idle shares are bounded, and a draining runner takes no new run."""
+idle shares are bounded, and a draining runner takes no new run or analysis."""
 
 from __future__ import annotations
 
@@ -7,13 +7,14 @@ import pytest
 
 from toolkiln.runners import host as host_module
 from toolkiln.runners.host import RunnerHost
+from toolkiln.sandbox.checks import CheckerPool
 
 
 def test_a_calls_later_runs_get_its_share_and_idle_shares_are_bounded(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(host_module, "IDLE_SHARES", 3)
-    host = RunnerHost({})
+    host = RunnerHost({}, CheckerPool())
     first = host.enter("call-1")
     nested = host.enter("call-1")
     assert first is nested and host.in_flight == 2
@@ -29,11 +30,18 @@ def test_a_calls_later_runs_get_its_share_and_idle_shares_are_bounded(
     assert host.in_flight == 1
 
 
-def test_a_draining_runner_takes_no_new_run() -> None:
-    host = RunnerHost({})
-    held = host.enter("call")
-    assert held is not None
-    assert not host.drain(0.01)  # one run is still in flight
-    assert host.enter("another") is None
-    host.leave("call")
-    assert host.drain(0.01)
+def test_a_draining_runner_takes_no_new_run_or_analysis() -> None:
+    host = RunnerHost({}, CheckerPool())
+    try:
+        code = "def main(**p):\n    return {}\n"
+        found = host.analyse("python", code, "w")
+        assert found is not None and found.entrypoint == "main" and host.analyses == 1
+        held = host.enter("call")
+        assert held is not None
+        assert not host.drain(0.01)  # one run is still in flight
+        assert host.enter("another") is None
+        assert host.analyse("python", code, "w") is None
+        host.leave("call")
+        assert host.drain(0.01)
+    finally:
+        host.close()

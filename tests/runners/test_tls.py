@@ -12,9 +12,8 @@ import trustme
 from toolkiln.config import RunnerSettings
 from toolkiln.domain.execution import RunRequest
 from toolkiln.runners.client import RunnerClient, start_of
-from toolkiln.runners.host import RunnerHost
 from toolkiln.runners.local import channel_credentials
-from toolkiln.runners.process import sandboxes_for, server_credentials
+from toolkiln.runners.process import host_for, server_credentials
 from toolkiln.runners.server import RunnerService, make_server
 
 TOKEN = "tls-runner-token"
@@ -47,7 +46,7 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, t
         runner_tls_key=tmp / "runner.key",
         runner_tls_client_ca=tmp / "ca.pem",
     )
-    host = RunnerHost(sandboxes_for(settings))
+    host = host_for(settings)
     service = RunnerService(host)
     server, port = make_server(service, "localhost:0", TOKEN, server_credentials(settings))
     yield f"localhost:{port}", tmp, ca

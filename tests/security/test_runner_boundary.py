@@ -48,10 +48,11 @@ class Link:
 
 
 def test_escaped_code_finds_no_credential_above_it(tmp_path: Path) -> None:
-    """``toolkiln serve`` alone: the sandbox's template runs under a runner of its own, a new
-    program (not a fork of the API) whose environment and connections hold none of the
-    API's credentials; nothing else runs under the API, and the runner stops with it. (With
-    the sandbox in the API's process tree, the template's parent held them all.)"""
+    """``toolkiln serve`` alone: the sandbox's template and the code checkers run under a
+    runner of its own, a new program (not a fork of the API) whose environment and
+    connections hold none of the API's credentials; nothing else runs under the API, and the
+    runner stops with it. (With the sandbox in the API's process tree, the template's parent
+    held them all.)"""
     with fresh_postgres_database(PG_URL) as url:
         env = {
             "TOOLKILN_DATABASE_URL": url,
@@ -77,12 +78,11 @@ def test_escaped_code_finds_no_credential_above_it(tmp_path: Path) -> None:
                 for value in (url, TOKEN, SIGNING_KEY, LLM_KEY, SMTP):
                     assert value not in text, f"a credential in {cmdline(pid)}"
                 assert 5432 not in tcp_peers(pid)
+            # Nothing but the runner runs under the API: its code checkers are the runner's.
             others = set(descendants(api.proc.pid)) - {runner, *descendants(runner)}
-            # Besides the runner, only the code checkers (parsers, no sandbox): empty env.
-            assert all("toolkiln.sandbox.checker" in cmdline(p) for p in others), [
-                cmdline(p) for p in others
-            ]
-            assert all(environ(p).strip() == "" for p in others)
+            assert others == set(), [cmdline(p) for p in others]
+            checkers = [p for p in descendants(runner) if "toolkiln.sandbox.checker" in cmdline(p)]
+            assert checkers and all(environ(p).strip() == "" for p in checkers)
         finally:
             api.terminate(60)
         wait_for("the runner to stop", lambda: not Path(f"/proc/{runner}").exists(), 60)

@@ -23,6 +23,8 @@ MAX_MESSAGE_CHARS = 500
 MAX_IMPORT_CHARS = 256  # a module name as written
 # Why an analysis did not finish: over its time or memory, or its checker failed on the text.
 Limit = Literal["", "time", "memory", "failed"]
+# The problem of a text whose checker failed on it, or answered out of the rules.
+FAILED = "could not be parsed: the code checker failed on it"
 _WIRE_KEYS = {"problems", "entrypoint", "imports", "script"}
 _PROBLEM_KEYS = {"field", "message", "line", "column"}
 

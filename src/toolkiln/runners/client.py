@@ -24,7 +24,9 @@ from toolkiln.sandbox.jail.protocol import Caps
 DEADLINE_MARGIN_S = 5.0
 HEALTH_TIMEOUT_S = 2.0
 CHANNEL_OPTIONS = [
-    ("grpc.max_receive_message_length", wire.FROM_RUNNER_BYTES),
+    # The largest answer of any method (an analysis); a run's messages are held to
+    # wire.FROM_RUNNER_BYTES as they are read (RunnerClient.run).
+    ("grpc.max_receive_message_length", max(wire.FROM_RUNNER_BYTES, wire.ANALYSED_BYTES)),
     ("grpc.max_send_message_length", wire.TO_RUNNER_BYTES),
     ("grpc.keepalive_time_ms", 20_000),
     ("grpc.keepalive_timeout_ms", 10_000),
@@ -89,7 +91,8 @@ class RunnerClient:
     places: int = 0
     in_flight: int = 0  # as the runner last said
     waiting: int = 0
-    mine: int = 0  # runs of this process on it now
+    analyses: int = 0  # code checks it made, as it last said
+    mine: int = 0  # runs and analyses of this process on it now
     runs: int = 0  # runs of this process that started on it
     waited_s: float = 0.0  # their time from being sent to starting (the hop, the queue)
     checked: float = 0.0
@@ -107,6 +110,7 @@ class RunnerClient:
         self._describe = self.channel.unary_unary(wire.DESCRIBE, same, same)
         self._health = self.channel.unary_unary(wire.HEALTH, same, same)
         self._prepare = self.channel.unary_unary(wire.PREPARE, same, same)
+        self._analyse = self.channel.unary_unary(wire.ANALYSE, same, same)
         self.metadata = ((wire.TOKEN_KEY, self.token),)
 
     # --- what the fleet reads
@@ -128,6 +132,7 @@ class RunnerClient:
             self.places = int(health["places"])
             self.in_flight = int(health["in_flight"])
             self.waiting = int(health["waiting"])
+            self.analyses = int(health.get("analyses", 0))
             self.state = str(health["state"])
         except grpc.RpcError as exc:
             code = exc.code()
@@ -149,6 +154,28 @@ class RunnerClient:
             timeout=HEALTH_TIMEOUT_S,
             metadata=self.metadata,
         )
+
+    def analyse(self, ask: wire.Analyse, timeout: float) -> wire.Analysed:
+        """The runner's answer, read under the protocol's rules (``WireError`` outside them).
+        ``NotStarted`` if it could not take the request (unreachable, draining, our
+        credential refused) or went away before answering; any other failure is the
+        ``grpc.RpcError``."""
+        with self._lock:
+            self.mine += 1
+        try:
+            raw = self._analyse(wire.encode(ask), timeout=timeout, metadata=self.metadata)
+        except grpc.RpcError as exc:
+            code = exc.code()
+            if code in NOT_STARTED:
+                if code == grpc.StatusCode.UNAUTHENTICATED:
+                    self.state = "refused"
+                raise NotStarted(str(code)) from None
+            raise
+        finally:
+            with self._lock:
+                self.mine -= 1
+        answer: wire.Analysed = wire.decode(raw, wire.Analysed)
+        return answer
 
     def close(self) -> None:
         self.channel.close()
@@ -175,6 +202,8 @@ class RunnerClient:
             self.mine += 1
         try:
             for raw in call:
+                if len(raw) > wire.FROM_RUNNER_BYTES:
+                    raise wire.WireError("a message over its cap")
                 message = wire.decode(raw, *FROM_RUNNER)
                 if isinstance(message, wire.Call | wire.AuditRow):
                     # A runner that keeps its sandbox's caps stays within these: past them the

@@ -14,6 +14,9 @@
   counted against the tool).
 - Fairness: each runner's sandboxes share their places between workspaces (sandbox/fair.py)
   across every API process that sends them runs.
+- Analyses of tool code are placed as root runs; one that a runner could not take, or that
+  it went away before answering, is asked of another (an analysis is a pure function of
+  its text, so asking again is safe).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from typing import Any
 import grpc
 
 from toolkiln.domain.execution import RunLink, RunOutcome, RunRequest
+from toolkiln.runners import wire
 from toolkiln.runners.client import NotStarted, RunnerClient, infra, start_of
 
 log = logging.getLogger("toolkiln.runners")
@@ -164,6 +168,7 @@ class Fleet:
                 "in_flight": r.in_flight,
                 "waiting": r.waiting,
                 "runs": r.runs,
+                "analyses": r.analyses,
                 "queue_wait_s": round(r.waited_s, 6),
             }
             for r in self.runners()
@@ -212,6 +217,26 @@ class Fleet:
             except NotStarted:
                 tried.add(runner.address)
                 self._side.submit(runner.check)  # its state is learned now, not next second
+
+    def analyse(self, ask: wire.Analyse, wait_s: float, timeout_s: float) -> wire.Analysed | None:
+        """``ask`` answered by a usable runner (placed as a root run, asked of another when
+        one could not take it or went away before answering); None when no runner took it
+        within ``wait_s``. ``timeout_s``: one runner's time to answer. A runner's other
+        failures and answers outside the protocol are raised (``grpc.RpcError``,
+        ``wire.WireError``)."""
+        deadline = time.monotonic() + wait_s
+        tried: set[str] = set()
+        while True:
+            runner = self.pick(tried)
+            if runner is None:
+                if not self._wait_for_runner(tried, deadline):
+                    return None
+                continue
+            try:
+                return runner.analyse(ask, timeout_s)
+            except NotStarted:
+                tried.add(runner.address)
+                self._side.submit(runner.check)
 
     def _wait_for_runner(self, tried: set[str], deadline: float) -> bool:
         """Wait (within the run's time) for a runner not tried yet to take runs; once every

@@ -1,6 +1,7 @@
-"""What a runner process holds: its sandboxes, the resource shares of the calls running on it,
-and whether it takes new runs (it drains on SIGTERM). No credential of any kind: the API
-processes that connect bring each run's code and answer its ctx calls."""
+"""What a runner process holds: its sandboxes, its code checkers, the resource shares of the
+calls running on it, and whether it takes new runs and analyses (it drains on SIGTERM). No
+credential of any kind: the API processes that connect bring each run's code and answer
+its ctx calls."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import time
 from collections import OrderedDict
 from typing import Any
 
+from toolkiln.domain.analysis import Analysis
 from toolkiln.domain.execution import ResourceShare
+from toolkiln.sandbox.checks import CheckerPool
 from toolkiln.sandbox.runner import Sandbox
 
 SERVING, DRAINING = "serving", "draining"
@@ -17,10 +20,13 @@ IDLE_SHARES = 4096
 
 
 class RunnerHost:
-    def __init__(self, sandboxes: dict[str, Sandbox]) -> None:
+    def __init__(self, sandboxes: dict[str, Sandbox], checks: CheckerPool) -> None:
         self.sandboxes = sandboxes
+        self.checks = checks
         self.state = SERVING
         self.in_flight = 0
+        self.analysing = 0  # analyses under way
+        self.analyses = 0  # analyses made
         # Every run of one call names the same share: the root run's cgroup slot and the
         # call's audit quota are shared with the runs nested under it (sandbox/shares.py),
         # and with its later runs (a generation's examples, one after another), as the API's
@@ -58,12 +64,28 @@ class RunnerHost:
                 self._idle -= 1
             self._cond.notify_all()
 
+    def analyse(self, language: str, code: str, workspace_id: str) -> Analysis | None:
+        """The code checkers' analysis (``CheckerPool.analyse``: its refusals raised), or
+        None once the runner drains (the API asks another runner)."""
+        with self._cond:
+            if self.state != SERVING:
+                return None
+            self.analysing += 1
+        try:
+            return self.checks.analyse(language, code, workspace_id)
+        finally:
+            with self._cond:
+                self.analysing -= 1
+                self.analyses += 1
+                self._cond.notify_all()
+
     def drain(self, timeout: float) -> bool:
-        """Take no new run; wait for the runs in flight to end. Whether they all did."""
+        """Take no new run or analysis; wait for those under way to end. Whether they all
+        did."""
         deadline = time.monotonic() + timeout
         with self._cond:
             self.state = DRAINING
-            while self.in_flight:
+            while self.in_flight or self.analysing:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -82,9 +104,11 @@ class RunnerHost:
             "places": sum(load["places"] for load in languages.values()),
             "in_flight": self.in_flight,
             "waiting": sum(load["waiting"] for load in languages.values()),
+            "analyses": self.analyses,
             "languages": languages,
         }
 
     def close(self) -> None:
+        self.checks.close()
         for sandbox in self.sandboxes.values():
             sandbox.close()

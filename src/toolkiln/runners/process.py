@@ -24,6 +24,7 @@ import grpc
 from toolkiln.config import RunnerSettings, SandboxSettings
 from toolkiln.runners.host import RunnerHost
 from toolkiln.runners.server import RunnerService, make_server
+from toolkiln.sandbox.checks import CheckerPool
 from toolkiln.sandbox.packages import JsPackageStore, PackageStore
 from toolkiln.sandbox.runner import Limits, Sandbox
 from toolkiln.sandbox.sandboxes import javascript_sandbox, python_sandbox
@@ -55,6 +56,14 @@ def sandboxes_for(settings: SandboxSettings) -> dict[str, Sandbox]:
     return {"python": python, "javascript": javascript}
 
 
+def host_for(settings: SandboxSettings) -> RunnerHost:
+    """A runner's sandboxes and code checkers, started (a spare checker in the background)."""
+    sandboxes = sandboxes_for(settings)
+    checks = CheckerPool(strict=not settings.sandbox_insecure)
+    checks.warm()
+    return RunnerHost(sandboxes, checks)
+
+
 def server_credentials(settings: RunnerSettings) -> grpc.ServerCredentials | None:
     """Mutual TLS when a certificate is set: the runner proves itself with it and, with a
     client CA, accepts only API processes whose certificate that CA signed."""
@@ -71,7 +80,7 @@ def server_credentials(settings: RunnerSettings) -> grpc.ServerCredentials | Non
 def serve(listen: str, settings: RunnerSettings, token: str) -> None:
     """Serve until a stop signal, then drain and close."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    host = RunnerHost(sandboxes_for(settings))
+    host = host_for(settings)
     service = RunnerService(host)
     old = None
     if listen.startswith("unix:"):
@@ -102,17 +111,18 @@ def serve(listen: str, settings: RunnerSettings, token: str) -> None:
 
 def hosted_runner(
     settings: SandboxSettings, closers: list[Callable[[], None]]
-) -> tuple[str, str, dict[str, Sandbox]]:
+) -> tuple[str, str, RunnerHost]:
     """A runner served from the calling process on a Unix socket of its own (tests that look
-    inside its sandboxes): its address, credential and sandboxes; ``closers`` stop it."""
+    inside its sandboxes and checkers): its address, credential and host; ``closers`` stop
+    it."""
     token = secrets.token_urlsafe(32)
     home = Path(tempfile.mkdtemp(prefix="toolkiln-hosted-"))
     closers.append(lambda: shutil.rmtree(home, ignore_errors=True))
     path = home / "runner.sock"
-    host = RunnerHost(sandboxes_for(settings))
+    host = host_for(settings)
     closers.append(host.close)
     service = RunnerService(host)
     closers.append(service.close)
     server, _ = make_server(service, f"unix:{path}", token)
     closers.append(lambda: server.stop(grace=None).wait(5))
-    return f"unix:{path}", token, host.sandboxes
+    return f"unix:{path}", token, host

@@ -1,5 +1,5 @@
-"""The runner's gRPC server: the ``Run`` stream of each run, ``Describe``, ``Health`` and
-``Prepare``, behind the runner credential.
+"""The runner's gRPC server: the ``Run`` stream of each run, ``Analyse``, ``Describe``,
+``Health`` and ``Prepare``, behind the runner credential.
 
 A run's sandbox work happens on a thread of the runner's own (``_RUNS``); the gRPC thread
 of its stream sends what that thread puts in the run's queue. Its link back to the API
@@ -22,6 +22,7 @@ from typing import Any
 
 import grpc
 
+from toolkiln.domain.errors import ServiceUnavailable, TooManyRequests
 from toolkiln.domain.execution import RunOutcome, RunRequest
 from toolkiln.runners import wire
 from toolkiln.runners.host import RunnerHost
@@ -226,6 +227,24 @@ class RunnerService:
             sandbox.prepare(ask.imports)
         return b"{}"
 
+    def analyse(self, request: bytes, context: grpc.ServicerContext) -> bytes:
+        """One text checked by the runner's code checkers, within their bounds and the
+        workspace's fair share of them (sandbox/checks.py)."""
+        try:
+            ask = wire.decode(request, wire.Analyse)
+        except wire.WireError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        try:
+            analysis = self.host.analyse(ask.language, ask.code, ask.workspace_id)
+        except TooManyRequests:
+            return wire.encode(wire.Analysed(refused="queued"))
+        except ServiceUnavailable:
+            return wire.encode(wire.Analysed(refused="busy"))
+        if analysis is None:  # draining: the API asks another runner
+            context.abort(grpc.StatusCode.UNAVAILABLE, "the runner is draining")
+            return b""
+        return wire.encode(wire.Analysed.of(analysis))
+
     def close(self) -> None:
         self._runs.shutdown(wait=False, cancel_futures=True)
 
@@ -260,6 +279,7 @@ def handlers(service: RunnerService) -> grpc.GenericRpcHandler:
             "Describe": grpc.unary_unary_rpc_method_handler(service.describe, same, same),
             "Health": grpc.unary_unary_rpc_method_handler(service.health, same, same),
             "Prepare": grpc.unary_unary_rpc_method_handler(service.prepare, same, same),
+            "Analyse": grpc.unary_unary_rpc_method_handler(service.analyse, same, same),
         },
     )
 
@@ -268,7 +288,7 @@ def handlers(service: RunnerService) -> grpc.GenericRpcHandler:
 # within ~30 s and its runs are cancelled (their processes killed).
 SERVER_OPTIONS = [
     ("grpc.max_receive_message_length", wire.TO_RUNNER_BYTES),
-    ("grpc.max_send_message_length", wire.FROM_RUNNER_BYTES),
+    ("grpc.max_send_message_length", max(wire.FROM_RUNNER_BYTES, wire.ANALYSED_BYTES)),
     ("grpc.keepalive_time_ms", 20_000),
     ("grpc.keepalive_timeout_ms", 10_000),
     ("grpc.keepalive_permit_without_calls", 1),

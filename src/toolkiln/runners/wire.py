@@ -14,6 +14,10 @@ place (answered by ``Ack``), and ``Done``, the outcome. Everything a runner send
 evidence from a process that runs tool code: it is read with caps, its types checked, its
 text repaired (a lone surrogate), and anything outside these rules ends the run as
 ``infra`` (the runner's failure, never counted against the tool).
+
+``Analyse`` is unary: the API sends one text of tool code, the runner's code checkers answer
+``Analysed`` (sandbox/checks.py). Its answer is evidence too: read under the same rules,
+then checked as an answer of a checker is (``domain/analysis.Analysis.from_wire``).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, get_args
 
+from toolkiln.domain.analysis import Analysis
 from toolkiln.domain.execution import OutcomeKind, RunOutcome
 from toolkiln.sandbox.jail import protocol
 
@@ -29,6 +34,7 @@ RUN = f"/{SERVICE}/Run"
 DESCRIBE = f"/{SERVICE}/Describe"
 HEALTH = f"/{SERVICE}/Health"
 PREPARE = f"/{SERVICE}/Prepare"
+ANALYSE = f"/{SERVICE}/Analyse"
 # The runner credential travels in this metadata key (compared in constant time).
 TOKEN_KEY = "x-toolkiln-runner-token"  # noqa: S105 (a name, not a value)
 
@@ -39,6 +45,9 @@ FROM_RUNNER_BYTES = 2 * MIB
 # What the API may send: a run's code (<= 256K characters), input and context (the jail's
 # request cap is 4 MiB) with room for JSON escapes.
 TO_RUNNER_BYTES = 8 * MIB
+# What an analysis may be: a JavaScript script can be ~4x its code, and JSON escapes more
+# (the answer cap of a code checker's frame, sandbox/checks.py).
+ANALYSED_BYTES = 8 * MIB
 OUTCOME_KINDS = frozenset(get_args(OutcomeKind))
 
 
@@ -103,6 +112,16 @@ class Ack:
 class Prepare:
     language: str
     imports: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Analyse:
+    """A static check of one text of tool code (parse, entrypoint, imports), for the
+    workspace whose text it is (its fair share of the runner's code checkers)."""
+
+    language: str
+    code: str
+    workspace_id: str
 
 
 # --- runner -> API
@@ -177,8 +196,57 @@ class Done:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Analysed:
+    """The answer to ``Analyse``. ``refused``: "" (the analysis is in the other fields),
+    "queued" (the workspace has its share of checks under way on the runner), "busy" (no
+    code checker was free in time). ``limit``: the analysis did not finish (over its time
+    or memory, or its checker failed: ``Analysis.limit``), its one problem says which.
+    The other fields are ``Analysis.to_wire``'s."""
+
+    refused: str = ""
+    limit: str = ""
+    problems: list[Any] = field(default_factory=list)
+    entrypoint: str = ""
+    imports: list[str] = field(default_factory=list)
+    script: str = ""
+
+    @classmethod
+    def of(cls, analysis: Analysis) -> Analysed:
+        wired = analysis.to_wire()
+        return cls(
+            "",
+            analysis.limit,
+            wired["problems"],
+            wired["entrypoint"],
+            wired["imports"],
+            wired["script"],
+        )
+
+    def analysis(self) -> dict[str, Any]:
+        """The fields an ``Analysis`` is read from (``Analysis.from_wire``)."""
+        return {
+            "problems": self.problems,
+            "entrypoint": self.entrypoint,
+            "imports": self.imports,
+            "script": self.script,
+        }
+
+
 Message = (
-    Start | Admit | Reply | AuditAck | Ack | Prepare | Started | Call | AuditRow | Ended | Done
+    Start
+    | Admit
+    | Reply
+    | AuditAck
+    | Ack
+    | Prepare
+    | Analyse
+    | Started
+    | Call
+    | AuditRow
+    | Ended
+    | Done
+    | Analysed
 )
 OPS: dict[str, type[Any]] = {
     "start": Start,
@@ -187,11 +255,13 @@ OPS: dict[str, type[Any]] = {
     "audit_ack": AuditAck,
     "ack": Ack,
     "prepare": Prepare,
+    "analyse": Analyse,
     "started": Started,
     "call": Call,
     "audit": AuditRow,
     "ended": Ended,
     "done": Done,
+    "analysed": Analysed,
 }
 _OP_OF = {kind: op for op, kind in OPS.items()}
 # What each field may hold (JSON types), checked on decode: a field of another type is a
@@ -203,6 +273,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "float": (int, float),
     "dict": (dict,),
     "strs": (list,),
+    "list": (list,),
 }
 _SPEC: dict[type[Any], dict[str, tuple[str, bool]]] = {}  # kind -> field -> (type, optional)
 _ANNOTATIONS = {
@@ -212,6 +283,7 @@ _ANNOTATIONS = {
     "float": ("float", False),
     "dict[str, Any]": ("dict", False),
     "list[str]": ("strs", False),
+    "list[Any]": ("list", False),
     "Any": ("any", True),
     "str | None": ("str", True),
     "int | None": ("int", True),
@@ -258,12 +330,15 @@ def decode(raw: bytes, *expected: type[Any]) -> Any:
         allowed = _TYPES[type_name]
         if not isinstance(value, allowed) or (type_name != "bool" and isinstance(value, bool)):
             raise WireError(f"field {name} has the wrong type")
-        if isinstance(value, list) and not all(isinstance(item, str) for item in value):
-            raise WireError(f"field {name} has the wrong type")
+        if isinstance(value, list) and type_name == "strs":
+            if not all(isinstance(item, str) for item in value):
+                raise WireError(f"field {name} has the wrong type")
     try:
         message = kind(**body)
     except TypeError:
         raise WireError("missing fields in a message") from None
+    if kind is Analysed and repaired:  # a checker's answer is refused for it too
+        raise WireError("an analysis holding text that is not valid Unicode")
     if kind is Done:
         if message.kind not in OUTCOME_KINDS:
             raise WireError("an unknown outcome kind")

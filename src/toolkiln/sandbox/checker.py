@@ -1,9 +1,9 @@
-"""The code checker: a program of its own that parses untrusted tool code for the host.
+"""The code checker: a program of its own that parses untrusted tool code for a runner.
 
 Started by ``sandbox/checks.py`` as ``python -I -m toolkiln.sandbox.checker MEMORY_MB CPU_S
 PARENT_PID STRICT`` with an empty environment, its socket as descriptor 0 and nothing else
-open: a fresh interpreter, not a fork of the service, so it holds none of the service's
-memory, settings or credentials. It loads and exercises everything parsing needs, then
+open: a fresh interpreter, not a fork of the runner, so it holds none of the runner's
+memory, settings or credential. It loads and exercises everything parsing needs, then
 confines itself before any tool's text arrives: nobody (when started as root), no core
 files, no files written, an address-space and a data limit, a CPU-time limit for its whole
 life, and a seccomp allowlist that leaves it computing and talking on its socket
@@ -52,14 +52,14 @@ _WARM_UP = (
 
 
 def _confine(memory_mb: int, cpu_s: int, parent: int, strict: bool) -> None:
-    if os.geteuid() == 0:  # never the service's root: nobody, no groups
+    if os.geteuid() == 0:  # never the runner's root: nobody, no groups
         os.setgroups([])
         os.setresgid(NOBODY, NOBODY, NOBODY)
         os.setresuid(NOBODY, NOBODY, NOBODY)
     # After setresuid, which clears it: the checker dies with the thread that started it.
     ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:
-        sys.exit(0)  # the service ended before the line above
+        sys.exit(0)  # the runner ended before the line above
     memory = memory_mb << 20
     for limit, value in (
         (resource.RLIMIT_AS, memory),

@@ -1,18 +1,21 @@
-"""Code checks: tool code parsed in checker processes, bounded, off the service's path.
+"""Code checks: tool code parsed in checker processes, bounded, on a runner.
 
-The ``CodeAnalyser`` (services/ports.py) the service uses. Each analysis runs in a checker
-(``sandbox/checker.py``): a fresh ``python -I`` program with an empty environment, not a fork
-of the service, confined before any text reaches it (nobody, rlimits, a seccomp allowlist).
-The service's thread waits on a socket with the GIL released, until the analysis' deadline;
-then the checker is killed and the text refused as too slow to parse. Over its memory the
-checker ends, and the text is refused as too large to parse. Either way the service, and
-every other request, goes on (tests/security/test_parse_bounds.py).
+A runner answers the API's ``Analyse`` with this pool (runners/server.py); the API's
+``CodeAnalyser`` asks the runners (runners/analyser.py) and never parses. Each analysis runs
+in a checker (``sandbox/checker.py``): a fresh ``python -I`` program with an empty
+environment, not a fork of the runner, confined before any text reaches it (nobody,
+rlimits, a seccomp allowlist). The asking thread waits on a socket with the GIL released,
+until the analysis' deadline; then the checker is killed and the text refused as too slow
+to parse. Over its memory the checker ends, and the text is refused as too large to parse.
+Either way the runner, and every other analysis and run, goes on
+(tests/security/test_parse_bounds.py).
 
 Fair between workspaces: at most ``workers`` analyses run at once, and one workspace holds
-at most all but one of them (``FairShare``). A checker serves one workspace for its whole
-life (idle ones are kept per workspace, a spare is kept ready for the next workspace): a
-checker a hostile text took over could only lie to the workspace that sent it. Every answer
-is checked before it is used (``Analysis.from_wire``).
+at most all but one of them (``FairShare``), whichever API processes send them. A checker
+serves one workspace for its whole life (idle ones are kept per workspace, a spare is kept
+ready for the next workspace): a checker a hostile text took over could only lie to the
+workspace that sent it. Every answer is checked before it is used (``Analysis.from_wire``),
+and again by the API (runners/analyser.py).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from toolkiln.domain.analysis import Analysis, precheck
+from toolkiln.domain.analysis import FAILED, Analysis, precheck
 from toolkiln.domain.errors import ServiceUnavailable, TooManyRequests
 from toolkiln.sandbox.fair import FairShare
 from toolkiln.sandbox.jail import protocol
@@ -45,9 +48,9 @@ SPARES = 1  # started ahead, for a workspace without a checker of its own
 IDLE_KEPT = 4  # idle checkers kept for the workspaces that used them last
 KEEP_RSS_MB = 64  # a checker holding more after an analysis is retired
 RECYCLE_AFTER = 500  # analyses one checker makes at most
-WAIT_S = 10.0  # for a place, beyond which the service is too busy (503)
+WAIT_S = 10.0  # for a place, beyond which the checkers are too busy (503)
 # Analyses one workspace may have running or waiting: beyond, refused at once (429), so that
-# one workspace's flood holds no more than this many of the service's request threads.
+# one workspace's flood holds no more than this many of the runner's threads.
 QUEUED = 4
 START_S = 10.0  # for a checker to start and confine itself
 ANSWER_BYTES = 8 * 1024 * 1024  # one answer frame: a JavaScript script can be ~4x its code
@@ -127,7 +130,7 @@ class _Checker:
 
 
 class CheckerPool:
-    """The ``CodeAnalyser`` of the service: analyses in checker processes (see above)."""
+    """A runner's code checkers: analyses in checker processes (see above)."""
 
     def __init__(
         self,
@@ -234,7 +237,7 @@ class CheckerPool:
                 "simpler",
                 "memory",
             )
-        return Analysis.refused("could not be parsed: the code checker failed on it", "failed")
+        return Analysis.refused(FAILED, "failed")
 
     # -- checkers
 
