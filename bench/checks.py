@@ -6,8 +6,8 @@ ordinary tool, each with code the service has not seen (every one parsed), then 
 validate repeated (the workspace's analysis kept); p50 and p99 of each. Then a 256 KiB
 f-string of 65,000 `{1=}` fields and 256 KB of bracket junk sent to validate: how long until
 each is refused, and the slowest `/healthz` answered from another connection meanwhile.
-Last, without the service: an ordinary tool's analysis in this process and in a checker
-(2 x BENCH_SAVES new texts each), p50 and p99.
+Last, without the service: an ordinary tool's analysis in this process, in a checker, and
+through a runner process's ``Analyse`` (2 x BENCH_SAVES new texts each), p50 and p99.
 
 Run as `python bench/checks.py`; with `PYTHONPATH=<another checkout>/src` it measures that
 checkout's service instead (the figures of docs/decisions are its before and after). Nothing
@@ -21,6 +21,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from client import Conn
 from invoke import TOKEN, free_port, pct, start_service
@@ -36,6 +37,9 @@ FSTRING = "def main(**p):\n    return {'message': f'" + "{1=}" * 65_000 + "'}\n"
 BRACKETS = "function main(p) { return " + "([{" * 87_000 + "}\n"
 
 
+ROUNDS = ["warm", "v", "s", "c"]  # the tag of each round of saves
+
+
 def body(ws: str, name: str, code: str, language: str = "python") -> dict[str, object]:
     schema = {"type": "object", "properties": {"order_id": {"type": "string"}}}
     return {
@@ -48,9 +52,11 @@ def body(ws: str, name: str, code: str, language: str = "python") -> dict[str, o
 
 
 def saves(c: Conn, ws: str, path: str, status: int, tag: str, fresh: bool = True) -> list[float]:
+    """Each text new to the service when ``fresh`` (each round its own numbers), else one."""
+    base = 10**6 * (1 + ROUNDS.index(tag))
     lat = []
     for i in range(N):
-        code = TOOL.format(n=i if fresh else 0)
+        code = TOOL.format(n=base + i if fresh else 0)
         t = time.perf_counter()
         got, answer = c.call("POST", path, body(ws, f"{tag}-{i}", code))
         lat.append((time.perf_counter() - t) * 1000)
@@ -96,11 +102,14 @@ def analysis_alone() -> None:
         from toolkiln.sandbox.checks import CheckerPool
     except ImportError:
         return  # a checkout without code checkers
+    remote = _remote_analyser()
     pool = CheckerPool()
     try:
         pool.analyse("python", TOOL.format(n=-1), "bench")
+        if remote is not None:
+            remote[0].analyse("python", TOOL.format(n=-1), "bench")
         for language, src in (("python", TOOL), ("javascript", JS_TOOL)):
-            here, there = [], []
+            here, there, runner = [], [], []
             for i in range(2 * N):
                 t = time.perf_counter()
                 assert not analyse(language, src.format(n=i)).problems
@@ -108,13 +117,46 @@ def analysis_alone() -> None:
                 t = time.perf_counter()
                 assert not pool.analyse(language, src.format(n=i + 10**6), "bench").problems
                 there.append((time.perf_counter() - t) * 1000)
+                if remote is not None:
+                    t = time.perf_counter()
+                    code = src.format(n=i + 2 * 10**6)
+                    assert not remote[0].analyse(language, code, "bench").problems
+                    runner.append((time.perf_counter() - t) * 1000)
             print(
                 f"analysis, {language:10}  here p50 {pct(here, 0.5):.3f} ms p99 "
                 f"{pct(here, 0.99):.3f} ms; in a checker p50 {pct(there, 0.5):.3f} ms p99 "
                 f"{pct(there, 0.99):.3f} ms"
             )
+            if runner:
+                print(
+                    f"analysis, {language:10}  through a runner (Analyse, Unix socket) p50 "
+                    f"{pct(runner, 0.5):.3f} ms p99 {pct(runner, 0.99):.3f} ms"
+                )
     finally:
         pool.close()
+        if remote is not None:
+            remote[1]()
+
+
+def _remote_analyser() -> tuple[Any, Any] | None:
+    """The API's analyser on a runner process of its own (the embedded runner's shape), and
+    what stops it; None in a checkout without ``Analyse``."""
+    try:
+        from toolkiln.config import RunnerSettings
+        from toolkiln.runners.analyser import RemoteAnalyser
+        from toolkiln.runners.fleet import Fleet
+        from toolkiln.runners.local import LocalRunner
+    except ImportError:
+        return None
+    data = Path(tempfile.mkdtemp(prefix="bench-checks-"))
+    local = LocalRunner(RunnerSettings(data_dir=data, sandbox_warm=1, sandbox_js_workers=1))
+    fleet = Fleet([local.address], local.token)
+
+    def stop() -> None:
+        fleet.close()
+        local.stop()
+
+    return RemoteAnalyser(fleet), stop
 
 
 def main() -> None:

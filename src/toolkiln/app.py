@@ -7,7 +7,7 @@ import secrets
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from fastapi import FastAPI
@@ -59,6 +59,9 @@ from toolkiln.storage.database import Database
 from toolkiln.storage.notify import feed_for
 from toolkiln.storage.sealing import ring_for
 
+if TYPE_CHECKING:  # the checkers run on a runner; this process never loads them
+    from toolkiln.sandbox.checks import CheckerPool
+
 log = logging.getLogger("toolkiln")
 
 
@@ -73,7 +76,7 @@ class Runtime:
     services: Services
     fleet: Fleet | None = None
     sandboxes: dict[str, Any] = field(default_factory=dict)
-    checks: Any = None
+    checks: CheckerPool | None = None
     closers: list[Callable[[], None]] = field(default_factory=list)
 
     def loops(self) -> dict[str, Loop]:
@@ -207,7 +210,7 @@ def build(
         background=background,
         places=places,
     )
-    sandboxes = dict(host.sandboxes) if host is not None else {}
+    sandboxes = host.sandboxes if host is not None else {}
     checks = host.checks if host is not None else None
     return Runtime(settings, database, services, fleet, sandboxes, checks, closers)
 

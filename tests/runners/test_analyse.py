@@ -46,6 +46,8 @@ PARSERS = (
     "toolkiln.sandbox.checker",
     "toolkiln.sandbox.checks",
 )
+# What installs packages for tools: the runners' alone (each runner's sandboxes).
+INSTALLERS = ("toolkiln.sandbox.packages", "toolkiln.sandbox.runner")
 FSTRING = "def main(**p):\n    return {'message': f'" + "{1=}" * 65_000 + "'}\n"
 
 
@@ -171,7 +173,8 @@ def test_the_api_process_never_loads_a_parser_of_tool_code(
     runners: list[Runner], tmp_path: Path
 ) -> None:
     """An API process of its own (SQLite), on the remote runners: after validates, a save, a
-    test run, run-code and a call, none of the modules that parse tool code is loaded."""
+    test run, run-code and a call, none of the modules that parse tool code or install
+    packages is loaded."""
     env = {
         "PATH": "/usr/bin:/bin",
         "TOOLKILN_DATA_DIR": str(tmp_path / "data"),
@@ -194,7 +197,7 @@ def test_the_api_process_never_loads_a_parser_of_tool_code(
     assert draft[1]["data"]["message"] == "py" and run[1]["data"]["message"] == "js"
     assert call[1]["data"]["message"] == "py", call
     assert "toolkiln.runners.analyser" in seen["modules"]
-    assert [m for m in PARSERS if m in seen["modules"]] == []
+    assert [m for m in PARSERS + INSTALLERS if m in seen["modules"]] == []
 
 
 def test_one_workspace_is_admitted_across_runners(runners: list[Runner]) -> None:
