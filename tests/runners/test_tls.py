@@ -11,6 +11,7 @@ import trustme
 
 from toolkiln.config import RunnerSettings
 from toolkiln.domain.execution import RunRequest
+from toolkiln.runners import wire
 from toolkiln.runners.client import RunnerClient, start_of
 from toolkiln.runners.local import channel_credentials
 from toolkiln.runners.process import host_for, server_credentials
@@ -74,6 +75,8 @@ def test_an_api_with_a_certificate_of_the_runners_ca_runs_code(
         req = RunRequest("python", CODE, "main", {}, 5000, workspace_id="w")
         out = client.run(start_of(req, "share", True), Link())
         assert (out.kind, out.value) == ("return", {"message": "over tls"}), out
+        answer = client.analyse(wire.Analyse("python", CODE, "w"), 30)
+        assert answer.entrypoint == "main" and answer.problems == [], answer
     finally:
         client.close()
 

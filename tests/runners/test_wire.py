@@ -20,6 +20,10 @@ def test_every_message_goes_and_comes_back_the_same() -> None:
         wire.AuditRow("step", [1, "two"]),
         wire.Ended(),
         wire.Done("return", {"message": "hi"}, stdout="out", ctx_calls=2, details={"k": 1}),
+        wire.Analyse("javascript", "export function main() {}", "w"),
+        wire.Analysed(entrypoint="main", imports=["lodash"], script="function main() {}"),
+        wire.Analysed(limit="time", problems=[{"field": "code", "message": "too slow"}]),
+        wire.Analysed(refused="queued"),
     ]
     for message in messages:
         assert wire.decode(wire.encode(message), type(message)) == message
@@ -45,6 +49,23 @@ def test_every_message_goes_and_comes_back_the_same() -> None:
 def test_what_breaks_the_rules_is_refused(raw: bytes) -> None:
     with pytest.raises(wire.WireError):
         wire.decode(raw, wire.Started, wire.Call, wire.AuditRow, wire.Ended, wire.Done)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"op": "analysed", "imports": [1]}',  # a module name is text
+        b'{"op": "analysed", "problems": {}}',
+        b'{"op": "analysed", "limit": 3}',
+        b'{"op": "analysed", "owned": true}',
+        b'{"op": "analysed", "script": "\\ud800"}',  # a lone surrogate: never repaired here
+        b'{"op": "done", "kind": "return"}',  # not an analysis
+    ],
+)
+def test_an_analysis_out_of_the_rules_is_refused(raw: bytes) -> None:
+    assert wire.decode(b'{"op": "analysed"}', wire.Analysed) == wire.Analysed()
+    with pytest.raises(wire.WireError):
+        wire.decode(raw, wire.Analysed)
 
 
 def test_a_result_spelling_a_lone_surrogate_is_unserializable() -> None:
