@@ -376,8 +376,29 @@ def test_a_runners_refusal_is_the_checkers_own(
     assert r.status_code == status and r.json()["error"]["code"] == error, r.text
 
 
-def test_with_no_runner_a_check_is_a_clear_503(tmp_path: Path) -> None:
-    nobody = f"127.0.0.1:{free_port()}"
+@pytest.fixture
+def without_analyse() -> Iterator[str]:
+    """A runner of a release without ``Analyse``: it serves, and knows no such method."""
+
+    def health(request: bytes, context: grpc.ServicerContext) -> bytes:
+        return b'{"state": "serving", "places": 4, "in_flight": 0, "waiting": 0}'
+
+    handler = grpc.method_handlers_generic_handler(
+        wire.SERVICE,
+        {"Health": grpc.unary_unary_rpc_method_handler(health, wire.identity, wire.identity)},
+    )
+    server = grpc.server(futures.ThreadPoolExecutor(2), handlers=[handler])
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    yield f"127.0.0.1:{port}"
+    server.stop(None)
+
+
+@pytest.mark.parametrize("which", ["unreachable", "without-analyse"])
+def test_with_no_runner_a_check_is_a_clear_503(
+    tmp_path: Path, without_analyse: str, which: str
+) -> None:
+    nobody = f"127.0.0.1:{free_port()}" if which == "unreachable" else without_analyse
     rt = build(Settings(data_dir=tmp_path, runners=nobody, runner_token=RUNNER_TOKEN))
     try:
         rt.services.access.bootstrap(TOKEN)

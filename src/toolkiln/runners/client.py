@@ -158,15 +158,15 @@ class RunnerClient:
     def analyse(self, ask: wire.Analyse, timeout: float) -> wire.Analysed:
         """The runner's answer, read under the protocol's rules (``WireError`` outside them).
         ``NotStarted`` if it could not take the request (unreachable, draining, our
-        credential refused) or went away before answering; any other failure is the
-        ``grpc.RpcError``."""
+        credential refused, a runner of a release without ``Analyse``) or went away before
+        answering; any other failure is the ``grpc.RpcError``."""
         with self._lock:
             self.mine += 1
         try:
             raw = self._analyse(wire.encode(ask), timeout=timeout, metadata=self.metadata)
         except grpc.RpcError as exc:
             code = exc.code()
-            if code in NOT_STARTED:
+            if code in NOT_STARTED or code == grpc.StatusCode.UNIMPLEMENTED:
                 if code == grpc.StatusCode.UNAUTHENTICATED:
                     self.state = "refused"
                 raise NotStarted(str(code)) from None
