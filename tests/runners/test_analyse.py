@@ -127,6 +127,12 @@ def test_saves_and_test_runs_are_analysed_on_a_remote_runner(
             r = http.post(f"/v1/custom-tools/{tool_id}/invoke", json={"input": {}})
             assert r.json()["data"]["message"] == "n2", r.text
             assert _analyses([runner]) - before == 4
+            wanted = f'toolkiln_runner_analyses_total{{runner="{runner.address}"}} {before + 4}.0'
+            wait_for(
+                "the checks on /metrics",
+                lambda: wanted in httpx.get(f"{api.base}/metrics", timeout=5).text,
+                30,
+            )
             assert descendants(api.proc.pid) == [], [cmdline(p) for p in descendants(api.proc.pid)]
             assert any(CHECKER in cmdline(p) for p in descendants(runner.proc.pid))
         finally:

@@ -1,5 +1,6 @@
-"""The runners' figures on /metrics: places, calls in flight and waiting, state, and the time
-this API process's runs waited between being sent and starting (the hop and the queue)."""
+"""The runners' figures on /metrics: places, calls in flight and waiting, state, the code
+checks each made, and the time this API process's runs waited between being sent and
+starting (the hop and the queue)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,11 @@ class RunnerMetrics(Collector):
         runs = CounterMetricFamily(
             "toolkiln_runner_runs", "Runs this process started on a runner.", labels=["runner"]
         )
+        analyses = CounterMetricFamily(
+            "toolkiln_runner_analyses",
+            "Code checks a runner made, as it last said.",
+            labels=["runner"],
+        )
         waited = CounterMetricFamily(
             "toolkiln_runner_queue_wait_seconds",
             "Time this process's runs took from being sent to a runner to starting there.",
@@ -44,6 +50,7 @@ class RunnerMetrics(Collector):
             for name in STATES:
                 state.add_metric([address, name], 1.0 if runner["state"] == name else 0.0)
             runs.add_metric([address], float(runner.get("runs", 0)))
+            analyses.add_metric([address], float(runner.get("analyses", 0)))
             waited.add_metric([address], float(runner.get("queue_wait_s", 0.0)))
         yield from gauges.values()
-        yield from (state, runs, waited)
+        yield from (state, runs, analyses, waited)
