@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from toolkiln.domain.errors import ServiceUnavailable
 from toolkiln.runners import host as host_module
 from toolkiln.runners.host import RunnerHost
 from toolkiln.sandbox.checks import CheckerPool
@@ -43,5 +44,22 @@ def test_a_draining_runner_takes_no_new_run_or_analysis() -> None:
         assert host.analyse("python", code, "w") is None
         host.leave("call")
         assert host.drain(0.01)
+    finally:
+        host.close()
+
+
+def test_a_runner_refuses_checks_past_its_bound_as_busy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Checks waiting for a checker hold a server thread each: past MAX_ANALYSING at once the
+    runner answers busy (the API's 503) and keeps its threads for runs."""
+    host = RunnerHost({}, CheckerPool())
+    try:
+        code = "def main(**p):\n    return {}\n"
+        monkeypatch.setattr(host_module, "MAX_ANALYSING", 1)
+        host.analysing = 1  # one under way
+        with pytest.raises(ServiceUnavailable):
+            host.analyse("python", code, "w")
+        host.analysing = 0
+        found = host.analyse("python", code, "w")
+        assert found is not None and found.entrypoint == "main"
     finally:
         host.close()

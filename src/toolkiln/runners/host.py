@@ -11,12 +11,17 @@ from collections import OrderedDict
 from typing import Any
 
 from toolkiln.domain.analysis import Analysis
+from toolkiln.domain.errors import ServiceUnavailable
 from toolkiln.domain.execution import ResourceShare
 from toolkiln.sandbox.checks import CheckerPool
 from toolkiln.sandbox.runner import Sandbox
 
 SERVING, DRAINING = "serving", "draining"
 IDLE_SHARES = 4096
+# Analyses under way at once (running, or waiting up to 10 s for one of the few checkers):
+# beyond, refused as busy, so that a flood of checks from many workspaces holds no more of
+# the server's threads than this, and runs keep theirs (tests/runners/test_host.py).
+MAX_ANALYSING = 64
 
 
 class RunnerHost:
@@ -66,10 +71,13 @@ class RunnerHost:
 
     def analyse(self, language: str, code: str, workspace_id: str) -> Analysis | None:
         """The code checkers' analysis (``CheckerPool.analyse``: its refusals raised), or
-        None once the runner drains (the API asks another runner)."""
+        None once the runner drains (the API asks another runner). ``ServiceUnavailable``
+        past ``MAX_ANALYSING``."""
         with self._cond:
             if self.state != SERVING:
                 return None
+            if self.analysing >= MAX_ANALYSING:
+                raise ServiceUnavailable("Every code checker is busy; try again shortly.")
             self.analysing += 1
         try:
             return self.checks.analyse(language, code, workspace_id)
