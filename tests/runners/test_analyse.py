@@ -236,6 +236,38 @@ def test_one_workspace_is_admitted_across_runners(runners: list[Runner]) -> None
         fleet.close()
 
 
+def test_one_workspace_is_held_to_its_share_of_a_runner_across_api_processes(
+    runners: list[Runner],
+) -> None:
+    """Two API processes' analysers, three slow checks of one workspace each (within each
+    one's own admission), to one runner: it runs two, queues two and refuses the rest."""
+    fleets = [Fleet([runners[1].address], RUNNER_TOKEN, watch=False) for _ in range(2)]
+    outcomes: list[str] = []
+    lock = threading.Lock()
+
+    def check(analyser: RemoteAnalyser, i: int) -> None:
+        try:
+            found = analyser.analyse("python", FSTRING + f"#across{i}", "shared")
+            outcome = found.limit or "analysed"
+        except TooManyRequests:
+            outcome = "refused"
+        with lock:
+            outcomes.append(outcome)
+
+    try:
+        analysers = [RemoteAnalyser(f) for f in fleets]
+        threads = [threading.Thread(target=check, args=(analysers[i % 2], i)) for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(90)
+        assert sorted(outcomes).count("refused") == 2, outcomes
+        assert all(o in ("time", "memory", "refused") for o in outcomes), outcomes
+    finally:
+        for fleet in fleets:
+            fleet.close()
+
+
 def test_a_runner_gone_before_answering_is_replaced_by_another(
     runners: list[Runner], tmp_path: Path
 ) -> None:
