@@ -50,3 +50,13 @@ def test_what_the_service_needs_is_said_one_way() -> None:
     granted = next(w for w in documented_run() if w.startswith("--cap-add="))
     named = set(re.findall(r"`CAP_([A-Z_]+)`", said.pop()))
     assert named == set(granted.split("=", 1)[1].split(","))
+
+
+def test_each_decision_record_is_numbered_as_named_and_indexed() -> None:
+    """docs/decisions/NNN-title.md starts with "# NNN" and has a line in the index."""
+    folder = ROOT / "docs" / "decisions"
+    index = (folder / "README.md").read_text()
+    for record in sorted(folder.glob("[0-9][0-9][0-9]-*.md")):
+        number = record.name[:3]
+        assert record.read_text().startswith(f"# {number}"), record.name
+        assert f"]({record.name})" in index, f"{record.name} is not in the index"
