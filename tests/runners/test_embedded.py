@@ -35,3 +35,25 @@ def test_a_killed_embedded_runner_is_started_again(tmp_path: Path) -> None:
         assert http.post("/v1/run-code", json=CODE).json()["data"]["message"] == "back"
     finally:
         api.terminate(60)
+
+
+def test_an_api_killed_leaves_no_runner_behind(tmp_path: Path) -> None:
+    """The embedded runner drains and ends when the API process that started it is gone,
+    even killed (its standard input, a pipe from the API, closes): no runner, template or
+    sandbox process of it stays, holding a uid slot."""
+    api = Serve(tmp_path / "data", {"TOOLKILN_BOOTSTRAP_TOKEN": TOKEN}).wait_ready(120)
+    try:
+        http = httpx.Client(base_url=api.base, headers=admin(TOKEN), timeout=60)
+        assert http.post("/v1/run-code", json=CODE).json()["data"]["message"] == "back"
+        runner = wait_for("the runner", lambda: _runner_of(api), 30)
+        tree = [runner, *descendants(runner)]
+        assert len(tree) > 1  # its templates and warm processes
+        api.proc.kill()
+        api.proc.wait(30)
+        wait_for(
+            "the runner's processes to end",
+            lambda: not any(Path(f"/proc/{p}").exists() for p in tree),
+            60,
+        )
+    finally:
+        api.terminate(60)

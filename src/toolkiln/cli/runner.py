@@ -26,6 +26,11 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="read the runner credential from the first line of standard input",
     )
+    p.add_argument(
+        "--with-stdin",
+        action="store_true",
+        help="stop (drain) when standard input closes: the process that started it is gone",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -54,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from toolkiln.runners.process import serve
 
     try:
-        serve(listen, settings, token)
+        serve(listen, settings, token, until_closed=sys.stdin.buffer if args.with_stdin else None)
     except Exception as exc:  # a start-up failure is one line, not a traceback
         logging.getLogger("toolkiln.runner").debug("start-up failed", exc_info=exc)
         return _fail("startup_failed", f"{type(exc).__name__}: {exc}")

@@ -86,8 +86,10 @@ class LocalRunner:
         self._keeper.start()
 
     def _spawn(self) -> subprocess.Popen[bytes]:
+        # Its standard input stays open while this process lives: the runner drains and
+        # ends when it closes, so a killed API leaves no runner behind (test_embedded.py).
         proc = subprocess.Popen(
-            [*self._argv, "--token-stdin"],
+            [*self._argv, "--token-stdin", "--with-stdin"],
             stdin=subprocess.PIPE,
             # Its log goes to standard error; standard output may be a protocol's channel
             # (``toolkiln mcp`` speaks MCP on it), which the runner must never hold.
@@ -99,7 +101,7 @@ class LocalRunner:
         assert proc.stdin is not None
         try:
             proc.stdin.write(self.token.encode() + b"\n")
-            proc.stdin.close()
+            proc.stdin.flush()
         except OSError:
             pass  # it died at once: the keeper or the start sees it
         return proc
@@ -111,6 +113,7 @@ class LocalRunner:
         delay = RESTART_FIRST_S
         while not self._stopping.is_set():
             code = self.proc.wait()
+            _close_stdin(self.proc)
             if self._stopping.is_set():
                 return
             log.error("the sandbox runner ended (status %s); starting it again", code)
@@ -165,8 +168,15 @@ class LocalRunner:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
+        _close_stdin(self.proc)
         with contextlib.suppress(OSError):
             self.path.unlink()
+
+
+def _close_stdin(proc: subprocess.Popen[bytes]) -> None:
+    if proc.stdin is not None:
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
 
 
 def channel_credentials(

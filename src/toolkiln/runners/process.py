@@ -8,6 +8,7 @@ timeout), and exits.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
@@ -18,6 +19,7 @@ import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 import grpc
 
@@ -77,8 +79,12 @@ def server_credentials(settings: RunnerSettings) -> grpc.ServerCredentials | Non
     )
 
 
-def serve(listen: str, settings: RunnerSettings, token: str) -> None:
-    """Serve until a stop signal, then drain and close."""
+def serve(
+    listen: str, settings: RunnerSettings, token: str, until_closed: BinaryIO | None = None
+) -> None:
+    """Serve until a stop signal, or until ``until_closed`` reads end of file (the pipe from
+    the API process that started it: it ends when that process does, even killed), then
+    drain and close. tests/runners/test_embedded.py guards the second."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     host = host_for(settings)
     service = RunnerService(host)
@@ -99,6 +105,10 @@ def serve(listen: str, settings: RunnerSettings, token: str) -> None:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    if until_closed is not None:
+        threading.Thread(
+            target=_stop_at_eof, args=(until_closed, stop), name="runner-parent", daemon=True
+        ).start()
     print(f"runner listening on {listen}", file=sys.stderr, flush=True)
     stop.wait()
     log.info("draining: no new runs; waiting for %d in flight", host.in_flight)
@@ -126,3 +136,12 @@ def hosted_runner(
     server, _ = make_server(service, f"unix:{path}", token)
     closers.append(lambda: server.stop(grace=None).wait(5))
     return f"unix:{path}", token, host
+
+
+def _stop_at_eof(stream: BinaryIO, stop: threading.Event) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        while stream.read(4096):
+            pass
+    if not stop.is_set():
+        log.warning("the process that started this runner is gone: draining")
+    stop.set()
