@@ -35,6 +35,8 @@ def test_a_killed_embedded_runner_is_started_again(tmp_path: Path) -> None:
         assert http.post("/v1/run-code", json=CODE).json()["data"]["message"] == "back"
     finally:
         api.terminate(60)
+    # The runner stopped with it, cleanly (its reader of the API's pipe did not abort it).
+    assert "Fatal Python error" not in api.log.read_text(errors="replace")
 
 
 def test_an_api_killed_leaves_no_runner_behind(tmp_path: Path) -> None:

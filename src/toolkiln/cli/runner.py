@@ -59,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from toolkiln.runners.process import serve
 
     try:
-        serve(listen, settings, token, until_closed=sys.stdin.buffer if args.with_stdin else None)
+        serve(listen, settings, token, until_closed=sys.stdin.fileno() if args.with_stdin else None)
     except Exception as exc:  # a start-up failure is one line, not a traceback
         logging.getLogger("toolkiln.runner").debug("start-up failed", exc_info=exc)
         return _fail("startup_failed", f"{type(exc).__name__}: {exc}")

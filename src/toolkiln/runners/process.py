@@ -19,7 +19,6 @@ import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
 
 import grpc
 
@@ -80,7 +79,7 @@ def server_credentials(settings: RunnerSettings) -> grpc.ServerCredentials | Non
 
 
 def serve(
-    listen: str, settings: RunnerSettings, token: str, until_closed: BinaryIO | None = None
+    listen: str, settings: RunnerSettings, token: str, until_closed: int | None = None
 ) -> None:
     """Serve until a stop signal, or until ``until_closed`` reads end of file (the pipe from
     the API process that started it: it ends when that process does, even killed), then
@@ -138,9 +137,11 @@ def hosted_runner(
     return f"unix:{path}", token, host
 
 
-def _stop_at_eof(stream: BinaryIO, stop: threading.Event) -> None:
-    with contextlib.suppress(OSError, ValueError):
-        while stream.read(4096):
+def _stop_at_eof(fd: int, stop: threading.Event) -> None:
+    """Reads the descriptor itself, not ``sys.stdin``: a daemon thread blocked in a buffered
+    reader's lock at interpreter shutdown is a fatal error."""
+    with contextlib.suppress(OSError):
+        while os.read(fd, 4096):
             pass
     if not stop.is_set():
         log.warning("the process that started this runner is gone: draining")
