@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from fastapi import FastAPI
 
-from toolkiln import logs, web
+from toolkiln import logs, telemetry, web
 from toolkiln.api.app import create_app
 from toolkiln.builtins.calculate import Calculate
 from toolkiln.builtins.email import SendEmail, SmtpConfig
@@ -136,6 +136,7 @@ def build(
     (the embedded default); ``hosted=True`` serves a runner from this process instead,
     reached over the same gRPC, for tests that look inside its sandboxes."""
     _keep_out_of_logs(settings)
+    telemetry.configure(record_io=settings.trace_tool_io)  # off without OTEL_* settings
     settings.ensure_data_dir()
     use_searcher(patterns.shared())  # a tool's regular expressions, out of the service's way
     database = Database(settings.resolved_database_url(), pool_size=settings.db_pool_size)

@@ -118,6 +118,8 @@ class Settings(SandboxSettings):
     long_work_retry_after_s: int = Field(places.RETRY_AFTER_S, ge=1, le=3600)
     secrets_keys: SecretStr | None = None
     egress_ca_file: Path | None = None
+    # A tool call's arguments and result in its trace span (traces: the OTEL_* variables).
+    trace_tool_io: bool = False
 
     # Values checked here, not where they are first used, so that a wrong one is
     # `error: invalid_setting: TOOLKILN_X: ...` for every command, before anything starts

@@ -17,6 +17,7 @@ def test_every_message_goes_and_comes_back_the_same() -> None:
         wire.Ack(),
         wire.Started(True),
         wire.Call(1, "calculate", {"expression": "1+1"}),
+        wire.Call(2, "x", {}, "00-" + "1" * 32 + "-" + "2" * 16 + "-01"),
         wire.AuditRow("step", [1, "two"]),
         wire.Ended(),
         wire.Done("return", {"message": "hi"}, stdout="out", ctx_calls=2, details={"k": 1}),
@@ -42,6 +43,8 @@ def test_every_message_goes_and_comes_back_the_same() -> None:
         b'{"op": "done", "kind": "return", "extra": 1}',
         b'{"op": "call", "id": 1, "tool": 7, "input": {}}',
         b'{"op": "call", "tool": "x", "input": {}}',  # no id
+        b'{"op": "call", "id": 1, "tool": "x", "input": {}, "traceparent": 5}',
+        b'{"op": "call", "id": 1, "tool": "x", "input": {}, "traceparent": "' + b"0" * 257 + b'"}',
         b'{"op": "start", "language": "python"}',  # not what a runner sends
         b'{"op": "call", "id": 1, "tool": "x", "input": {}, "imports": [1]}',
     ],
@@ -73,3 +76,11 @@ def test_a_result_spelling_a_lone_surrogate_is_unserializable() -> None:
     done = wire.decode(raw, wire.Done)
     assert done.kind == "unserializable" and done.value is None
     assert done.stdout == "\ufffd"
+
+
+def test_an_untraced_message_is_as_a_runner_without_traces_knows_it() -> None:
+    start = wire.Start("python", "code", "main", {}, 1, {}, "w", "c", "s")
+    assert b"traceparent" not in wire.encode(start)
+    assert b"traceparent" not in wire.encode(wire.Call(1, "x", {}))
+    traced = wire.Call(1, "x", {}, "00-" + "1" * 32 + "-" + "2" * 16 + "-01")
+    assert b"traceparent" in wire.encode(traced)

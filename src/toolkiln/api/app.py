@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 
 import toolkiln
 from toolkiln.api import errors
-from toolkiln.api.middleware import BodyLimit, Metrics, NoNul
+from toolkiln.api.middleware import BodyLimit, Metrics, NoNul, Traced
 from toolkiln.api.models import ErrorEnvelope
 from toolkiln.api.offload import RESERVE, Offload, work_threads
 from toolkiln.api.routes import (
@@ -27,6 +27,7 @@ from toolkiln.api.routes import (
 )
 from toolkiln.api.runner_metrics import RunnerMetrics
 from toolkiln.domain.limits import MAX_BODY_BYTES
+from toolkiln.services import tracing
 from toolkiln.services.container import Services
 
 Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
@@ -78,6 +79,8 @@ def create_app(
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
     app.add_middleware(NoNul)
     app.add_middleware(Metrics, registry=app.state.registry)
+    if tracing.on():  # outermost: the span holds everything the request did
+        app.add_middleware(Traced)
     return app
 
 

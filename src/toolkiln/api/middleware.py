@@ -1,5 +1,5 @@
-"""Pure ASGI middleware: the request-body cap, NUL in paths and queries, and Prometheus
-request metrics."""
+"""Pure ASGI middleware: the request-body cap, NUL in paths and queries, Prometheus request
+metrics and trace spans."""
 
 from __future__ import annotations
 
@@ -8,10 +8,12 @@ from collections.abc import MutableMapping
 from typing import Any
 from urllib.parse import parse_qsl
 
+from opentelemetry.trace import SpanKind, StatusCode
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolkiln.api.errors import envelope
+from toolkiln.services import tracing
 
 
 class BodyLimit:
@@ -182,3 +184,47 @@ def _route_of(scope: MutableMapping[str, Any]) -> str:
     route = scope.get("route")
     path = getattr(route, "path", None)
     return path if isinstance(path, str) else "unmatched"
+
+
+class Traced:
+    """A server span per HTTP request (``{method} {route}``), under the caller's
+    ``traceparent`` when it sends one. Installed only when traces are on (``create_app``).
+    It records the method, the route's template, the path and the status: never the query,
+    a header or a body."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {
+            k.decode("latin-1"): v.decode("latin-1")
+            for k, v in scope.get("headers", [])
+            if k in (b"traceparent", b"tracestate")
+        }
+        method = scope.get("method", "")
+        attributes = {"http.request.method": method, "url.path": scope.get("path", "")}
+        status = 500
+
+        async def recording_send(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        with (
+            tracing.resumed(tracing.extract(headers)),
+            tracing.span(method, attributes, SpanKind.SERVER) as span,
+        ):
+            try:
+                await self.app(scope, receive, recording_send)
+            finally:
+                route = _route_of(scope)
+                span.update_name(f"{method} {route}")
+                span.set_attribute("http.route", route)
+                span.set_attribute("http.response.status_code", status)
+                if status >= 500:
+                    span.set_attribute("error.type", str(status))
+                    span.set_status(StatusCode.ERROR)

@@ -21,6 +21,7 @@ from typing import Any
 
 import httpcore
 import httpx
+from opentelemetry.trace import SpanKind, StatusCode
 
 from toolkiln import logs
 from toolkiln.builtins import reach
@@ -30,6 +31,7 @@ from toolkiln.domain.problems import scrub, scrub_all
 from toolkiln.domain.secrets import Secret, fill, names_in
 from toolkiln.outbound import lookup
 from toolkiln.outbound.http import Compressed, cap_of, capped_transport, within
+from toolkiln.services import tracing
 from toolkiln.services.ports import SecretSource
 
 DEFAULT_TIMEOUT_MS = 10_000
@@ -95,6 +97,26 @@ class HttpRequest:
         self._slots = threading.BoundedSemaphore(at_once)
 
     def call(self, payload: dict[str, Any], call: BuiltinCall) -> dict[str, Any]:
+        attributes = {"http.request.method": str(payload.get("method", ""))}
+        with tracing.span("http_request", attributes, SpanKind.CLIENT) as span:
+            try:
+                answer = self._call(payload, call)
+            except BuiltinFailure as failure:
+                span.set_attribute("error.type", failure.code)
+                span.set_status(StatusCode.ERROR)
+                raise
+            finally:
+                # The host and status only: the URL's path and query may hold what a
+                # secret filled in, and no traceparent is sent to the host.
+                for event, data in call.events[-1:]:
+                    if event == "http.requested" and span.is_recording():
+                        if data.get("host"):
+                            span.set_attribute("server.address", str(data["host"]))
+                        if data.get("status") is not None:
+                            span.set_attribute("http.response.status_code", data["status"])
+            return answer
+
+    def _call(self, payload: dict[str, Any], call: BuiltinCall) -> dict[str, Any]:
         started = time.monotonic()
         audit: dict[str, Any] = {
             "method": payload["method"],

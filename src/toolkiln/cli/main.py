@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
+from toolkiln import telemetry
 from toolkiln.api import serialize
 from toolkiln.cli import generate
 from toolkiln.cli import runner as runner_cli
@@ -217,6 +218,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(exc.code, exc.message, exc.details)
     finally:
         runtime.close()
+        telemetry.shutdown()  # what spans are buffered are sent
 
 
 def _run(args: argparse.Namespace, runtime: Runtime | Local) -> None:

@@ -56,13 +56,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     listen = args.listen or settings.runner_listen
     if not listen:
         return _fail("invalid_setting", "--listen (or TOOLKILN_RUNNER_LISTEN) is required")
+    from toolkiln import telemetry
     from toolkiln.runners.process import serve
 
     try:
+        telemetry.configure()  # off without OTEL_* settings
         serve(listen, settings, token, until_closed=sys.stdin.fileno() if args.with_stdin else None)
     except Exception as exc:  # a start-up failure is one line, not a traceback
         logging.getLogger("toolkiln.runner").debug("start-up failed", exc_info=exc)
         return _fail("startup_failed", f"{type(exc).__name__}: {exc}")
+    finally:
+        telemetry.shutdown()
     return 0
 
 

@@ -8,7 +8,8 @@ scopes, enablement and audit as the REST API.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,11 +20,13 @@ from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, SubscriptionsListenRequestParams, SubscriptionsListenResult
+from opentelemetry.trace import INVALID_SPAN, Span, SpanKind
 
 import toolkiln
 from toolkiln.domain.auth import Principal
 from toolkiln.domain.errors import TooManyRequests
 from toolkiln.mcp_server.render import error_text
+from toolkiln.services import tracing
 from toolkiln.services.background import Loop
 from toolkiln.services.container import Services
 from toolkiln.services.invoke import CallContext
@@ -174,6 +177,33 @@ def _failed(error: dict[str, Any]) -> types.CallToolResult:
     )
 
 
+@contextmanager
+def _message(
+    method: str, ctx: ServerRequestContext[Any, Any], params: Any, tool: str | None = None
+) -> Iterator[Span]:
+    """The server span of one MCP request (``{method} {tool}``), under the ``traceparent``
+    the client put in the request's ``_meta``, when it did."""
+    if not tracing.on():
+        yield INVALID_SPAN
+        return
+    meta = ctx.meta if ctx.meta is not None else getattr(params, "meta", None)
+    carrier: dict[str, str] = {}
+    if isinstance(meta, dict):
+        carrier = {k: v for k in ("traceparent", "tracestate") if isinstance(v := meta.get(k), str)}
+    attributes: dict[str, Any] = {"mcp.method.name": method}
+    if ctx.request_id is not None:
+        attributes["jsonrpc.request.id"] = str(ctx.request_id)
+    if tool is not None:
+        tool = tool[: tracing.MAX_NAME_CHARS]
+        attributes.update({"gen_ai.tool.name": tool, "gen_ai.operation.name": "execute_tool"})
+    name = f"{method} {tool}" if tool is not None else method
+    with (
+        tracing.resumed(tracing.extract(carrier)),
+        tracing.span(name, attributes, SpanKind.SERVER) as span,
+    ):
+        yield span
+
+
 def make_server(services: Services, resolve: Resolve, listeners: Listeners) -> Server[Any]:
     """``resolve`` tells, for each request, who calls and for which agent; ``listeners``
     is where tool-list changes go."""
@@ -181,6 +211,10 @@ def make_server(services: Services, resolve: Resolve, listeners: Listeners) -> S
     async def list_tools(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
+        with _message("tools/list", ctx, params):
+            return await _list_tools(ctx)
+
+    async def _list_tools(ctx: ServerRequestContext[Any, Any]) -> types.ListToolsResult:
         at = await resolve(ctx)
 
         def listed() -> tuple[list[dict[str, Any]], str]:
@@ -212,6 +246,15 @@ def make_server(services: Services, resolve: Resolve, listeners: Listeners) -> S
     turns = Turns(CALL_THREADS, CALL_THREADS // 4)
 
     async def call_tool(
+        ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        with _message("tools/call", ctx, params, params.name) as span:
+            result = await _call_tool(ctx, params)
+            if result.is_error:
+                span.set_attribute("error.type", "tool_error")
+            return result
+
+    async def _call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         at = await resolve(ctx)

@@ -6,6 +6,7 @@ A run's ctx calls are answered here, on the thread that made the run, through th
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import queue
 import threading
@@ -14,10 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
+from opentelemetry.trace import SpanKind
 
 from toolkiln.domain.execution import RunLink, RunOutcome, RunRequest
 from toolkiln.runners import wire
 from toolkiln.sandbox.jail.protocol import Caps
+from toolkiln.services import tracing
 
 # Beyond a run's own timeout: what a runner may need before and after it (its process's
 # exit, the outcome's way back) before the API gives the run up as the runner's failure.
@@ -186,7 +189,23 @@ class RunnerClient:
         """The run on this runner, its ctx calls answered through ``link``. ``NotStarted``
         if the runner could not take it; once it started, any failure of the runner or the
         way to it is ``infra`` (never counted against the tool)."""
+        attributes = {
+            "rpc.system": "grpc",
+            "rpc.service": wire.SERVICE,
+            "rpc.method": "Run",
+            "server.address": self.address,
+        }
+        with tracing.span("runner.run", attributes, SpanKind.CLIENT) as span:
+            if span.is_recording():
+                start = dataclasses.replace(start, traceparent=tracing.traceparent())
+            outcome = self._hop(start, link)
+            if span.is_recording():
+                span.set_attribute("toolkiln.run.outcome", outcome.kind)
+            return outcome
+
+    def _hop(self, start: wire.Start, link: RunLink) -> RunOutcome:
         begun = time.perf_counter()
+        sent_ns = time.time_ns() if tracing.on() else 0
         # The run's end as this process counts it: a ctx call answered past it ends the run
         # as a timeout (the runner's own clock started a hop later).
         ends = time.monotonic() + start.timeout_ms / 1000
@@ -219,12 +238,15 @@ class RunnerClient:
                     ):
                         raise wire.WireError("more ctx frames than a run may send")
                 if isinstance(message, wire.Call):
-                    value = link.call(message.tool, message.input)
+                    with tracing.under(message.traceparent):
+                        value = link.call(message.tool, message.input)
                     answers.send(wire.Reply(message.id, value, time.monotonic() >= ends))
                 elif isinstance(message, wire.AuditRow):
                     answers.send(wire.AuditAck(link.audit(message.event, message.data)))
                 elif isinstance(message, wire.Started):
                     started = ran = True
+                    if sent_ns:  # sent to the runner until a process was ready for it there
+                        tracing.started("runner.wait", sent_ns, time.time_ns())
                     with self._lock:
                         self.runs += 1
                         self.waited_s += time.perf_counter() - begun

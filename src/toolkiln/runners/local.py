@@ -22,6 +22,7 @@ from pathlib import Path
 
 import grpc
 
+from toolkiln import telemetry
 from toolkiln.config import SandboxSettings
 from toolkiln.domain.errors import ServiceUnavailable
 from toolkiln.runners.client import RunnerClient
@@ -53,8 +54,9 @@ KEPT_PREFIXES = ("PIP_", "NPM_CONFIG_", "npm_config_")
 
 
 def runner_env(settings: SandboxSettings) -> dict[str, str]:
+    """Besides KEPT: the traces' OTEL_* configuration, less the exporter's credentials."""
     env = {k: v for k, v in os.environ.items() if k in KEPT or k.startswith(KEPT_PREFIXES)}
-    return {**env, **settings.sandbox_env()}
+    return {**env, **telemetry.runner_env(), **settings.sandbox_env()}
 
 
 class LocalRunner:

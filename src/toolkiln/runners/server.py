@@ -21,12 +21,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
+from opentelemetry.trace import SpanKind
 
 from toolkiln.domain.errors import ServiceUnavailable, TooManyRequests
 from toolkiln.domain.execution import RunOutcome, RunRequest
 from toolkiln.runners import wire
 from toolkiln.runners.host import RunnerHost
 from toolkiln.sandbox.jail import protocol
+from toolkiln.services import tracing
 
 log = logging.getLogger("toolkiln.runner")
 # A run whose process was ready within this long of its arrival keeps the admission the API
@@ -67,6 +69,10 @@ class StreamLink:
         self._out = out
         self._waiting = waiting
         self._arrived = time.monotonic()
+        self._arrived_ns = time.time_ns()
+        # What this run's ctx calls tell the API to put their spans under: the runner's span
+        # of the run when this runner traces, else the API's own (Start.traceparent).
+        self.traceparent = start.traceparent
         self._ids = 0
         self._lost = False
         self._kill: Callable[[], None] | None = None
@@ -94,6 +100,8 @@ class StreamLink:
 
     def admit(self) -> bool:
         fresh = time.monotonic() - self._arrived <= ADMIT_FRESH_S
+        if tracing.on():  # from its arrival until a process was ready for it
+            tracing.started("sandbox.wait", self._arrived_ns, time.time_ns())
         ask = not (self._start.admitted and fresh)
         self._send(wire.Started(ask=ask))
         return bool(self._next(wire.Admit).ok) if ask else True
@@ -101,7 +109,7 @@ class StreamLink:
     def call(self, name: str, payload: Any) -> Any:
         self._ids += 1
         try:
-            self._send(wire.Call(self._ids, name, payload))
+            self._send(wire.Call(self._ids, name, payload, self.traceparent))
         except wire.WireError:
             return dict(NOT_JSON)
         reply = self._next(wire.Reply)
@@ -188,7 +196,7 @@ class RunnerService:
 
         def work() -> None:
             try:
-                outcome = sandbox.run(req, link)
+                outcome = traced(start, lambda: sandbox.run(req, link), link)
             except LinkLost:
                 outcome = RunOutcome("infra", message="The API went away during the run.")
             except Exception:
@@ -247,6 +255,23 @@ class RunnerService:
 
     def close(self) -> None:
         self._runs.shutdown(wait=False, cancel_futures=True)
+
+
+def traced(start: wire.Start, run: Callable[[], RunOutcome], link: StreamLink) -> RunOutcome:
+    """``run()`` under a span of this runner's (when it traces) below the API's span of the
+    run, named by the traceparent the API sent."""
+    if not tracing.on():
+        return run()
+    parent = tracing.extract({"traceparent": start.traceparent}) if start.traceparent else None
+    attributes = {"toolkiln.language": start.language, "toolkiln.workspace.id": start.workspace_id}
+    with (
+        tracing.resumed(parent),
+        tracing.span("runner.serve", attributes, SpanKind.SERVER) as span,
+    ):
+        link.traceparent = tracing.traceparent() or start.traceparent
+        outcome = run()
+        span.set_attribute("toolkiln.run.outcome", outcome.kind)
+        return outcome
 
 
 class TokenCheck(grpc.ServerInterceptor):

@@ -49,6 +49,8 @@ TO_RUNNER_BYTES = 8 * MIB
 # (the answer cap of a code checker's frame, sandbox/checks.py).
 ANALYSED_BYTES = 8 * MIB
 OUTCOME_KINDS = frozenset(get_args(OutcomeKind))
+# A W3C traceparent is 55 characters (version 00); later versions may append fields.
+MAX_TRACEPARENT_CHARS = 256
 
 
 class WireError(Exception):
@@ -81,6 +83,9 @@ class Start:
     # modules it imports, and a JavaScript engine's script form of it (RunRequest).
     imports: list[str] = field(default_factory=list)
     script: str = ""
+    # The W3C traceparent of the API's span of this run, when the API traces: the runner's
+    # own spans go under it, and its ctx calls carry one back (``Call.traceparent``).
+    traceparent: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,9 +139,14 @@ class Started:
 
 @dataclass(frozen=True, slots=True)
 class Call:
+    """A ctx call. ``traceparent``: where the API's span of it goes (the runner's span of
+    the run, or the run's own ``Start.traceparent``); the API takes it only within the
+    run's trace."""
+
     id: int
     tool: str
     input: Any
+    traceparent: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,6 +307,9 @@ def encode(message: Message) -> bytes:
     value JSON cannot spell (a number past a float's range, read from the jail as
     infinity) is ``WireError``."""
     body = {"op": _OP_OF[type(message)], **asdict(message)}
+    if body.get("traceparent") == "":
+        # Not traced: the message is as a runner without traces knows it.
+        del body["traceparent"]
     try:
         return protocol.encode(body, repair=True)[protocol.HEADER.size :]
     except (ValueError, TypeError, RecursionError) as exc:
@@ -333,6 +346,8 @@ def decode(raw: bytes, *expected: type[Any]) -> Any:
         if isinstance(value, list) and type_name == "strs":
             if not all(isinstance(item, str) for item in value):
                 raise WireError(f"field {name} has the wrong type")
+    if len(body.get("traceparent", "")) > MAX_TRACEPARENT_CHARS:
+        raise WireError("field traceparent is too long")
     try:
         message = kind(**body)
     except TypeError:

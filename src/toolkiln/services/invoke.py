@@ -74,7 +74,7 @@ class DraftRunner:
             return unrunnable(origin.call_id, analysis)
         self._runs.prepare(d.language, analysis.imports)
         code = Code.analysed(d.language, d.code, analysis, d.timeout_ms)
-        return self._router.run_draft(origin, code, d.input_schema, payload)
+        return self._router.run_draft(origin, code, d.input_schema, payload, draft.name)
 
 
 class InvokeService:

@@ -34,6 +34,7 @@ from toolkiln.domain.records import Policy
 from toolkiln.domain.results import Result, error, refused
 from toolkiln.domain.schema import InputValidator, compile_validator, input_problems
 from toolkiln.domain.tools import Tool
+from toolkiln.services import tracing
 from toolkiln.services.dispatch import Builtins
 from toolkiln.services.places import Places
 from toolkiln.services.ports import CodeAnalyser, UnitOfWork, UnitOfWorkFactory
@@ -86,6 +87,13 @@ class Router:
 
     def from_code(self, origin: Origin, name: str, payload: Any) -> Any:
         """A ``ctx.tools`` call from the code of the run ``origin`` belongs to."""
+        with tracing.span("ctx.tools") as span:
+            value = self._from_code(origin, name, payload)
+            if span.is_recording():
+                span.set_attribute("toolkiln.ctx.calls_used", origin.budget.used)
+            return value
+
+    def _from_code(self, origin: Origin, name: str, payload: Any) -> Any:
         refusal = origin.budget.spend()
         if refusal is None and time.monotonic() >= origin.deadline:
             refusal = "timeout"  # the run this call is made from has no time left
@@ -116,6 +124,12 @@ class Router:
         are the tool's, code and schema the version's), as the call ``origin`` names.
         ``read_at`` is when the statement that read ``tool`` was sent (``time.monotonic()``,
         after its transaction began): its status is the one ``_active`` checks."""
+        with tracing.tool_call(origin, tool.name) as span:
+            result = self._run_tool(origin, tool, payload, read_at=read_at)
+            tracing.called(span, origin, "custom", result, payload)
+            return result
+
+    def _run_tool(self, origin: Origin, tool: Tool, payload: Any, *, read_at: float) -> Result:
         if origin.parent_call_id is None:
             origin.budget.narrow(tool.definition.timeout_ms)
         run = origin.entering(tool.id, tuple(tool.definition.egress))
@@ -153,12 +167,23 @@ class Router:
             if ended:
                 self._unrecorded.done(tool.id)
 
-    def run_draft(self, origin: Origin, code: Code, schema: dict[str, Any], payload: Any) -> Result:
+    def run_draft(
+        self, origin: Origin, code: Code, schema: dict[str, Any], payload: Any, name: str
+    ) -> Result:
         """Run unsaved code once (a test run, a test case, a generated example): nothing is
         stored or counted, neither the draft nor any custom tool it reaches, but the audit
         rows of its ctx calls are written. The code of a stored tool (its test cases:
         ``origin.tool_id``) leaves a ``tool.invoked`` row marked as a test run too."""
         origin.budget.counting = False
+        with tracing.tool_call(origin, name) as span:
+            span.set_attribute("toolkiln.test_run", True)
+            result = self._run_draft(origin, code, schema, payload)
+            tracing.called(span, origin, "custom", result, payload)
+            return result
+
+    def _run_draft(
+        self, origin: Origin, code: Code, schema: dict[str, Any], payload: Any
+    ) -> Result:
         result: Result | None = None
         try:
             if problems := input_problems(compile_validator(schema), payload):
@@ -191,6 +216,14 @@ class Router:
     def _route(
         self, origin: Origin, name: str, payload: Any, *, nested: bool
     ) -> tuple[Kind, Result]:
+        with tracing.tool_call(origin, name) as span:
+            kind, result = self._routed(origin, name, payload, nested=nested)
+            tracing.called(span, origin, kind, result, payload)
+            return kind, result
+
+    def _routed(
+        self, origin: Origin, name: str, payload: Any, *, nested: bool
+    ) -> tuple[Kind, Result]:
         offer = origin.offer
         if name == RUN_PROGRAM and offer is not None and not nested:
             return "custom", self._program(origin, payload)
@@ -214,8 +247,8 @@ class Router:
                 self._called(origin, tool, held)
             return "refused", held
         if not nested:
-            return "custom", self.run_tool(origin, tool, payload, read_at=read_at)
-        result = self.run_tool(origin.nested(new_id()), tool, payload, read_at=read_at)
+            return "custom", self._run_tool(origin, tool, payload, read_at=read_at)
+        result = self._run_tool(origin.nested(new_id()), tool, payload, read_at=read_at)
         self._called(origin, tool, result)
         return "custom", result
 

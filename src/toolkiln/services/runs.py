@@ -24,6 +24,7 @@ from toolkiln.domain.problems import scrub, text_problems
 from toolkiln.domain.records import CallRecord
 from toolkiln.domain.results import Result, error, last_error_text, refused, shape
 from toolkiln.domain.tools import AUTO_DISABLE_REASON
+from toolkiln.services import tracing
 from toolkiln.services.group_commit import GroupCommit
 from toolkiln.services.ports import CodeRunner, UnitOfWork, UnitOfWorkFactory
 
@@ -96,6 +97,10 @@ class _Link:
         bytes per call (``sandbox/session.py``); here a row that could not be stored is
         dropped rather than allowed to break the run's one write, and the reason is
         returned for the run's ``logs.stderr`` (never the event itself: it may be huge)."""
+        with tracing.span("ctx.audit"):
+            return self._audit(event, data)
+
+    def _audit(self, event: str, data: Any) -> str | None:
         if not isinstance(event, str) or not 0 < len(event) <= MAX_AUDIT_EVENT_CHARS:
             return f"the event must be a string of 1-{MAX_AUDIT_EVENT_CHARS} characters"
         if found := text_problems("event", event) or text_problems("data", data):
@@ -161,11 +166,31 @@ class Runs:
             imports=code.imports,
             script=code.script,
         )
+        attributes = {"toolkiln.language": code.language, "toolkiln.timeout_ms": timeout_ms}
+        with tracing.span(f"run {code.language}", attributes) as span:
+            outcome = self._run(runner, request, origin, timeout_ms, from_code, admit, ended)
+            if span.is_recording():
+                span.set_attribute("toolkiln.run.outcome", outcome.kind)
+                span.set_attribute("toolkiln.run.duration_ms", outcome.duration_ms)
+        if outcome.kind == "timeout" and by_caller:
+            outcome.details = {**outcome.details, **uncounted}
+        return outcome
+
+    @staticmethod
+    def _run(
+        runner: CodeRunner,
+        request: RunRequest,
+        origin: Origin,
+        timeout_ms: int,
+        from_code: FromCode,
+        admit: Callable[[], bool],
+        ended: Callable[[], None],
+    ) -> RunOutcome:
         started = time.perf_counter()
         try:
             # The run's ctx calls (built-ins above all) are bounded by this run's deadline.
             link = _Link(origin.within(timeout_ms), from_code, admit, ended)
-            outcome = runner.run(request, link)
+            return runner.run(request, link)
         except ServiceUnavailable:
             # The database (the run's admission, a ctx call's read or write), not the
             # sandbox: the caller's outage, answered 503 (or, under a ctx call, the
@@ -177,9 +202,6 @@ class Runs:
                 message=f"The sandbox failed: {type(exc).__name__}",
                 duration_ms=(time.perf_counter() - started) * 1000,
             )
-        if outcome.kind == "timeout" and by_caller:
-            outcome.details = {**outcome.details, **uncounted}
-        return outcome
 
     @staticmethod
     def shape(origin: Origin, code: Code, version: int | None, run: RunOutcome) -> Result:
