@@ -11,7 +11,8 @@ WEB_DEPS := $(WEB)/node_modules/.installed
 BUNDLE := src/toolkiln/web/static/app.js
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: install serve test lint bench bench-code-mode clean browser nginx image image-base \
+.PHONY: install serve test lint bench bench-code-mode clean browser nginx prometheus image \
+	image-base \
 	containers kubectl
 
 # The sandbox's template builds one C module of its own at install (jail/_spawn.c): a C
@@ -42,6 +43,12 @@ install: $(STAMP) $(BUNDLE)
 browser:
 	@test -x $(CHROMIUM) || { apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-dejavu-core >/dev/null; }
+
+# The metrics test runs Debian's Prometheus against a service (its own config, data dir and
+# free port: no system service is used).
+prometheus:
+	@command -v prometheus >/dev/null || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 
 # The replica test puts Debian's nginx in front of two replicas. The package is unpacked into
 # the venv, not installed: no system service is set up or started.
@@ -107,7 +114,7 @@ lint: install
 	$(BIN)/lint-imports
 	cd $(WEB) && npm run --silent lint
 
-test: lint browser nginx containers kubectl
+test: lint browser nginx prometheus containers kubectl
 	$(BIN)/pytest -q
 
 bench: install

@@ -14,6 +14,7 @@ from fastapi import FastAPI
 
 from toolkiln import logs, telemetry, web
 from toolkiln.api.app import create_app
+from toolkiln.api.call_metrics import CallMetrics
 from toolkiln.builtins.calculate import Calculate
 from toolkiln.builtins.email import SendEmail, SmtpConfig
 from toolkiln.builtins.files import SurfaceFile
@@ -162,7 +163,8 @@ def build(
     signing_key = _signing_key(settings, database)
     logs.protect(signing_key.decode())
     files = FileService(uow, signing_key, settings.resolved_public_url())
-    runs = Runs(uow, runners)
+    observer = CallMetrics(lambda: database.problem() is None)
+    runs = Runs(uow, runners, observer)
     places = Places(
         PlacesConfig(
             settings.long_work_per_workspace,
@@ -172,7 +174,7 @@ def build(
     )
     secrets_ = SecretService(uow, ring_for(settings.secrets_key_list(), settings.data_dir))
     router = Router(
-        uow, Builtins(_builtins(settings, uow, files, secrets_)), runs, analyser, places
+        uow, Builtins(_builtins(settings, uow, files, secrets_)), runs, analyser, places, observer
     )
     drafts = DraftRunner(router, runs)  # test runs and test cases: uncounted runs of a draft
     positions = Positions(_positions_key(database))
@@ -210,6 +212,7 @@ def build(
         changes=lambda: feed_for(database.url),
         background=background,
         places=places,
+        observer=observer,
     )
     sandboxes = host.sandboxes if host is not None else {}
     checks = host.checks if host is not None else None

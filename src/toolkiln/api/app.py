@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry
 
 import toolkiln
 from toolkiln.api import errors
+from toolkiln.api.call_metrics import CallMetrics
 from toolkiln.api.middleware import BodyLimit, Metrics, NoNul, Traced
 from toolkiln.api.models import ErrorEnvelope
 from toolkiln.api.offload import RESERVE, Offload, work_threads
@@ -69,6 +70,8 @@ def create_app(
     app.state.metrics_token = metrics_token
     app.state.registry = CollectorRegistry()
     app.state.registry.register(RunnerMetrics(services.system.runners))
+    if isinstance(services.observer, CallMetrics):  # the calls' counts (api/call_metrics.py)
+        app.state.registry.register(services.observer)
     errors.install(app)
     # invoke and generate before tools: their fixed paths must win over /{tool_id}.
     for module in (system, access, secrets, invoke, generate, tools, audit, builtins, agents):

@@ -7,10 +7,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
+from toolkiln.runners.client import WAIT_BUCKETS
+
 STATES = ("serving", "degraded", "draining", "unreachable", "refused", "unknown")
+TAKING = ("serving", "degraded")
 
 
 class RunnerMetrics(Collector):
@@ -43,8 +51,24 @@ class RunnerMetrics(Collector):
             "Time this process's runs took from being sent to a runner to starting there.",
             labels=["runner"],
         )
+        histogram = HistogramMetricFamily(
+            "toolkiln_runner_wait_seconds",
+            "This process's runs' time from being sent to a runner to starting there.",
+            labels=["runner"],
+        )
+        available = GaugeMetricFamily(
+            "toolkiln_runners_available", "Runners that take calls (serving or degraded)."
+        )
+        available.add_metric([], float(sum(r["state"] in TAKING for r in found)))
         for runner in found:
             address = str(runner["address"])
+            counts = list(runner.get("waits", []))
+            if len(counts) == len(WAIT_BUCKETS) + 1:
+                total, buckets = 0, []
+                for bound, count in zip([*map(str, WAIT_BUCKETS), "+Inf"], counts, strict=True):
+                    total += count
+                    buckets.append((bound, float(total)))
+                histogram.add_metric([address], buckets, float(runner.get("queue_wait_s", 0.0)))
             for name, gauge in gauges.items():
                 gauge.add_metric([address], float(runner[name]))
             for name in STATES:
@@ -53,4 +77,4 @@ class RunnerMetrics(Collector):
             analyses.add_metric([address], float(runner.get("analyses", 0)))
             waited.add_metric([address], float(runner.get("queue_wait_s", 0.0)))
         yield from gauges.values()
-        yield from (state, runs, analyses, waited)
+        yield from (state, runs, analyses, waited, histogram, available)

@@ -6,6 +6,7 @@ A run's ctx calls are answered here, on the thread that made the run, through th
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import json
 import queue
@@ -41,6 +42,8 @@ CHANNEL_OPTIONS = [
 ]
 
 
+# Upper bounds (seconds) of the histogram of runs' waits from being sent to starting.
+WAIT_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 CAPS = Caps()
 # Audit rows' bytes as the API reads them: the jail's cap on a call's rows, with room for the
 # message around each row.
@@ -98,6 +101,8 @@ class RunnerClient:
     mine: int = 0  # runs and analyses of this process on it now
     runs: int = 0  # runs of this process that started on it
     waited_s: float = 0.0  # their time from being sent to starting (the hop, the queue)
+    # Those times by WAIT_BUCKETS (a run counted in the first bucket it fits; the last: +Inf).
+    waits: list[int] = field(default_factory=lambda: [0] * (len(WAIT_BUCKETS) + 1))
     checked: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -247,9 +252,11 @@ class RunnerClient:
                     started = ran = True
                     if sent_ns:  # sent to the runner until a process was ready for it there
                         tracing.started("runner.wait", sent_ns, time.time_ns())
+                    waited = time.perf_counter() - begun
                     with self._lock:
                         self.runs += 1
-                        self.waited_s += time.perf_counter() - begun
+                        self.waited_s += waited
+                        self.waits[bisect.bisect_left(WAIT_BUCKETS, waited)] += 1
                     if message.ask:
                         ran = bool(link.admit())
                         answers.send(wire.Admit(ran))

@@ -170,6 +170,7 @@ class Fleet:
                 "runs": r.runs,
                 "analyses": r.analyses,
                 "queue_wait_s": round(r.waited_s, 6),
+                "waits": list(r.waits),
             }
             for r in self.runners()
         ]

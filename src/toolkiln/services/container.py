@@ -14,6 +14,7 @@ from toolkiln.services.generate import GenerateService
 from toolkiln.services.invoke import InvokeService
 from toolkiln.services.outbox import OutboxService
 from toolkiln.services.places import Places
+from toolkiln.services.ports import CallObserver, NoObserver
 from toolkiln.services.router import Router
 from toolkiln.services.secrets import SecretService
 from toolkiln.services.system import SystemService
@@ -39,3 +40,5 @@ class Services:
     background: Supervisor = field(default_factory=Supervisor)
     # Admission of long work, shared by every use case that starts some (services/places.py).
     places: Places = field(default_factory=Places)
+    # What calls came to, counted for /metrics (api/call_metrics.py).
+    observer: CallObserver = field(default_factory=NoObserver)

@@ -206,3 +206,24 @@ class ChatModel(Protocol):
         tools: list[dict[str, Any]],
         tool_choice: dict[str, Any],
     ) -> ChatReply: ...
+
+
+class CallObserver(Protocol):
+    """Counts what calls came to (the metrics), told by the router and the runs' records."""
+
+    def called(self, workspace_id: str, name: str, kind: str, status: str, seconds: float) -> None:
+        """A tool call ended (root or nested, outside test runs): ``kind`` is custom,
+        builtin, run_code or refused; ``status`` ok or error."""
+
+    def disabled(self, workspace_id: str) -> None:
+        """A tool was disabled after its consecutive failures."""
+
+
+class NoObserver:
+    """A ``CallObserver`` that counts nothing."""
+
+    def called(self, workspace_id: str, name: str, kind: str, status: str, seconds: float) -> None:
+        return None
+
+    def disabled(self, workspace_id: str) -> None:
+        return None

@@ -37,7 +37,13 @@ from toolkiln.domain.tools import Tool
 from toolkiln.services import tracing
 from toolkiln.services.dispatch import Builtins
 from toolkiln.services.places import Places
-from toolkiln.services.ports import CodeAnalyser, UnitOfWork, UnitOfWorkFactory
+from toolkiln.services.ports import (
+    CallObserver,
+    CodeAnalyser,
+    NoObserver,
+    UnitOfWork,
+    UnitOfWorkFactory,
+)
 from toolkiln.services.runs import Code, Runs, test_run, unrunnable
 
 Kind = Literal["builtin", "run_code", "custom", "refused"]
@@ -56,8 +62,10 @@ class Router:
         runs: Runs,
         analyser: CodeAnalyser,
         places: Places | None = None,
+        observer: CallObserver | None = None,
     ) -> None:
         self._uow = uow
+        self._observer: CallObserver = observer or NoObserver()
         self._builtins = builtins
         self._runs = runs
         self.analyser = analyser
@@ -124,10 +132,12 @@ class Router:
         are the tool's, code and schema the version's), as the call ``origin`` names.
         ``read_at`` is when the statement that read ``tool`` was sent (``time.monotonic()``,
         after its transaction began): its status is the one ``_active`` checks."""
+        started = time.perf_counter()
         with tracing.tool_call(origin, tool.name) as span:
             result = self._run_tool(origin, tool, payload, read_at=read_at)
             tracing.called(span, origin, "custom", result, payload)
-            return result
+        self._observed(origin, tool.name, "custom", result, started)
+        return result
 
     def _run_tool(self, origin: Origin, tool: Tool, payload: Any, *, read_at: float) -> Result:
         if origin.parent_call_id is None:
@@ -216,10 +226,20 @@ class Router:
     def _route(
         self, origin: Origin, name: str, payload: Any, *, nested: bool
     ) -> tuple[Kind, Result]:
+        started = time.perf_counter()
         with tracing.tool_call(origin, name) as span:
             kind, result = self._routed(origin, name, payload, nested=nested)
             tracing.called(span, origin, kind, result, payload)
-            return kind, result
+        self._observed(origin, name, kind, result, started)
+        return kind, result
+
+    def _observed(
+        self, origin: Origin, name: str, kind: Kind, result: Result, started: float
+    ) -> None:
+        """Counted in the metrics, unless under a test run (which counts nothing)."""
+        if origin.budget.counting:
+            seconds = time.perf_counter() - started
+            self._observer.called(origin.workspace_id, name, kind, result.status, seconds)
 
     def _routed(
         self, origin: Origin, name: str, payload: Any, *, nested: bool

@@ -26,7 +26,13 @@ from toolkiln.domain.results import Result, error, last_error_text, refused, sha
 from toolkiln.domain.tools import AUTO_DISABLE_REASON
 from toolkiln.services import tracing
 from toolkiln.services.group_commit import GroupCommit
-from toolkiln.services.ports import CodeRunner, UnitOfWork, UnitOfWorkFactory
+from toolkiln.services.ports import (
+    CallObserver,
+    CodeRunner,
+    NoObserver,
+    UnitOfWork,
+    UnitOfWorkFactory,
+)
 
 log = logging.getLogger("toolkiln.runs")
 FromCode = Callable[[Origin, str, Any], Any]
@@ -112,9 +118,15 @@ class _Link:
 class Runs:
     """Runs code in the language's sandbox, and records what a run did."""
 
-    def __init__(self, uow: UnitOfWorkFactory, runners: dict[str, CodeRunner]) -> None:
+    def __init__(
+        self,
+        uow: UnitOfWorkFactory,
+        runners: dict[str, CodeRunner],
+        observer: CallObserver | None = None,
+    ) -> None:
         self._uow = uow
         self._runners = runners
+        self._observer: CallObserver = observer or NoObserver()
         # The one write each call ends with, committed together with the writes of calls
         # ending at the same time (services/group_commit.py).
         self.writes = GroupCommit(uow)
@@ -234,8 +246,10 @@ class Runs:
     def record_tool(self, origin: Origin, tool_id: str, result: Result) -> None:
         """Counters, the stored call and every row of the run, in one transaction."""
         rows = _take(origin)
+        disabled = 0  # the failure count that disabled it
 
         def write(tx: UnitOfWork) -> None:
+            nonlocal disabled
             counted = None
             if result.reached_execution:
                 counted = tx.tools.count_outcome(
@@ -245,10 +259,19 @@ class Runs:
             tx.audit.add_many(rows)
             tx.audit.add(origin.row("tool.invoked", _summary(origin, result), tool_id=tool_id))
             if counted is not None and counted.just_disabled:
+                disabled = counted.failure_count
                 data = {"reason": AUTO_DISABLE_REASON, "failure_count": counted.failure_count}
                 tx.audit.add(origin.row("tool.disabled", data, tool_id=tool_id))
 
         self.writes.run(write, key=tool_id)
+        if disabled:  # committed (a batch retried writes it again: counted once here)
+            self._observer.disabled(origin.workspace_id)
+            log.warning(
+                "tool %s of workspace %s was disabled after %d consecutive failures",
+                tool_id,
+                origin.workspace_id,
+                disabled,
+            )
 
     def record_uncounted(self, origin: Origin, tool_id: str, result: Result) -> None:
         """A stored tool's run under a test run (its own test case, or reached through the
