@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
@@ -52,6 +52,7 @@ class SandboxSettings(BaseSettings):
     sandbox_memory_mb: int = Field(256, ge=32, le=4096)
     sandbox_insecure: bool = False
     sandbox_js_workers: int = Field(3, ge=1, le=64)
+    log_format: Literal["text", "json"] = "text"
 
     @property
     def packages_dir(self) -> Path:
@@ -69,6 +70,7 @@ class SandboxSettings(BaseSettings):
             "TOOLKILN_SANDBOX_MEMORY_MB": str(self.sandbox_memory_mb),
             "TOOLKILN_SANDBOX_INSECURE": "true" if self.sandbox_insecure else "false",
             "TOOLKILN_SANDBOX_JS_WORKERS": str(self.sandbox_js_workers),
+            "TOOLKILN_LOG_FORMAT": self.log_format,
         }
 
 

@@ -1,6 +1,8 @@
-"""What reaches a log: no credential, whichever library logs it.
+"""What reaches a log: no credential, whichever library logs it; and how a line looks
+(``configure``: text, or one JSON object per line with the trace's ids).
 
-Two parts, installed once per process by the composition root (``toolkiln.app.build``):
+Two parts of the redaction, installed once per process by the composition root
+(``toolkiln.app.build``):
 
 - Every log record is redacted when it is made, before any handler or filter sees it (a
   log record factory, so it holds for every logger, every handler and every library
@@ -21,13 +23,17 @@ DEBUG and finds no secret in any record.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import threading
 import traceback
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
+
+from opentelemetry import trace
 
 REDACTED = "[redacted]"
 NOISY = ("httpx", "httpx2", "httpcore", "httpcore2", "openai", "hpack")
@@ -149,3 +155,44 @@ def _redact_arg(arg: Any) -> Any:
         return arg  # getMessage fails on it too, and then nothing of it is kept
     clean = redact(text)
     return arg if clean == text else clean
+
+
+LOG_FORMATS = ("text", "json")
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ``time`` (UTC, ISO 8601), ``level``, ``logger``,
+    ``message``, ``trace_id`` and ``span_id`` (of the span current where the line was
+    logged, as OpenTelemetry spells them; null outside a span or with traces off), and
+    ``exception`` when one was logged. The record was redacted when it was made; an
+    exception's text is redacted here too."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        span = trace.get_current_span().get_span_context()
+        out: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+            "trace_id": f"{span.trace_id:032x}" if span.is_valid else None,
+            "span_id": f"{span.span_id:016x}" if span.is_valid else None,
+        }
+        if record.exc_info and not record.exc_text:
+            record.exc_text = redact(self.formatException(record.exc_info))
+        if record.exc_text:
+            out["exception"] = record.exc_text
+        if record.stack_info:
+            out["stack"] = redact(record.stack_info)
+        return json.dumps(out, ensure_ascii=False, default=str)
+
+
+def configure(level: int, log_format: str = "text") -> None:
+    """The process's root handler: standard error, as text or JSON lines
+    (``TOOLKILN_LOG_FORMAT``; an unknown value is text, and refused by the settings)."""
+    handler = logging.StreamHandler()
+    if log_format == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter(TEXT_FORMAT))
+    logging.basicConfig(level=level, handlers=[handler], force=True)

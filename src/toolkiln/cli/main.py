@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
-from toolkiln import telemetry
+from toolkiln import logs, telemetry
 from toolkiln.api import serialize
 from toolkiln.cli import generate
 from toolkiln.cli import runner as runner_cli
@@ -96,8 +96,11 @@ def _serve(runtime: Runtime, sock: socket.socket) -> None:
     # On SIGTERM uvicorn stops listening, closes idle connections and waits for the calls in
     # flight (each bounded by its own timeout, at most MAX_TIMEOUT_MS) to answer; only then
     # does the lifespan end, closing the sandbox pools and the database.
+    # JSON lines: uvicorn's own loggers go to the root handler (logs.configure), unformatted
+    # by uvicorn's configuration.
     config = uvicorn.Config(
         build_app(runtime),
+        log_config=None if settings.log_format == "json" else uvicorn.config.LOGGING_CONFIG,
         log_level="info",
         access_log=False,
         loop="uvloop",
@@ -150,6 +153,7 @@ def _start(args: argparse.Namespace) -> Runtime | Local:
         settings = Settings()
     except ValidationError as exc:
         raise ServiceUnavailable(_setting_problem(exc), code="invalid_setting") from exc
+    logs.configure(args.log_level, settings.log_format)
     settings = locate(settings, args.command)
     if args.command not in FULL:
         local = open_local(settings)
@@ -195,10 +199,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         given = list(sys.argv[1:] if argv is None else argv)
         return runner_cli.main(given[given.index("runner") + 1 :])
     # Commands print their answer; only the server logs what it does as it goes.
-    logging.basicConfig(
-        level=logging.INFO if args.command == "serve" else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    level = logging.INFO if args.command == "serve" else logging.WARNING
+    logs.configure(level)  # as TOOLKILN_LOG_FORMAT says once the settings are read (_start)
+    args.log_level = level
     # Alembic logs each step at INFO; a start that migrates says so in one line instead
     # (toolkiln.app.build; `migrate` prints it), as docs/configuration.md has it.
     logging.getLogger("alembic").setLevel(logging.WARNING)

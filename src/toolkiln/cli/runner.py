@@ -37,10 +37,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="toolkiln runner")
     _arguments(parser)
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    from toolkiln import logs
     from toolkiln.config import RunnerSettings
+
+    logs.configure(logging.INFO)
 
     try:
         settings = RunnerSettings()
@@ -48,6 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         first = exc.errors()[0]
         name = "TOOLKILN_" + "_".join(str(p) for p in first["loc"]).upper()
         return _fail("invalid_setting", f"{name}: {first['msg']}")
+    logs.configure(logging.INFO, settings.log_format)
     if args.token_stdin:
         settings.runner_token = SecretStr(sys.stdin.readline().strip())
     token = settings.runner_token.get_secret_value() if settings.runner_token else ""

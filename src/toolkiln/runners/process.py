@@ -14,7 +14,6 @@ import os
 import secrets
 import shutil
 import signal
-import sys
 import tempfile
 import threading
 from collections.abc import Callable
@@ -108,7 +107,7 @@ def serve(
         threading.Thread(
             target=_stop_at_eof, args=(until_closed, stop), name="runner-parent", daemon=True
         ).start()
-    print(f"runner listening on {listen}", file=sys.stderr, flush=True)
+    log.info("runner listening on %s", listen)
     stop.wait()
     log.info("draining: no new runs; waiting for %d in flight", host.in_flight)
     if not host.drain(settings.runner_drain_s):
