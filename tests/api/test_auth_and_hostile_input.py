@@ -325,6 +325,7 @@ SCOPES = {
     ("post", "/v1/custom-tools/{tool_id}/enable"): "write",
     ("post", "/v1/custom-tools/{tool_id}/disable"): "write",
     ("get", "/v1/custom-tools/{tool_id}/versions"): "read",
+    ("get", "/v1/custom-tools/{tool_id}/stats"): "read",
     ("get", "/v1/custom-tools/{tool_id}/versions/{number}"): "read",
     ("get", "/v1/audit"): "read",
     ("get", "/v1/builtin-tools"): "read",

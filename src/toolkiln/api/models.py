@@ -344,6 +344,30 @@ class AuditRow(BaseModel):
     created_at: str
 
 
+class StatsBucket(BaseModel):
+    calls: int
+    failures: int
+    failures_by_code: dict[str, int]
+    p50_ms: float | None
+    p99_ms: float | None
+
+
+class StatsSlot(StatsBucket):
+    start: str = Field(description="The bucket's start, UTC (ISO 8601).")
+
+
+class ToolStats(BaseModel):
+    tool_id: str
+    window: Literal["1h", "24h", "7d"]
+    bucket_seconds: int
+    from_: str = Field(alias="from", description="The first bucket's start, UTC.")
+    to: str = Field(description="The end of the last bucket, UTC.")
+    buckets: list[StatsSlot]
+    total: StatsBucket
+
+    model_config = {"populate_by_name": True}
+
+
 class One(BaseModel, Generic[T]):
     data: T
 

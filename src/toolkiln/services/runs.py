@@ -23,6 +23,7 @@ from toolkiln.domain.origin import Origin
 from toolkiln.domain.problems import scrub, text_problems
 from toolkiln.domain.records import CallRecord
 from toolkiln.domain.results import Result, error, last_error_text, refused, shape
+from toolkiln.domain.stats import minute_of
 from toolkiln.domain.tools import AUTO_DISABLE_REASON
 from toolkiln.services import tracing
 from toolkiln.services.group_commit import GroupCommit
@@ -256,6 +257,8 @@ class Runs:
                     tool_id, result.counts_as_failure, last_error_text(result)
                 )
             self._store(tx, origin, result, "invoke", tool_id)
+            code = result.error["code"] if result.error else ""
+            tx.stats.add(tool_id, minute_of(utcnow()), code, result.duration_ms)
             tx.audit.add_many(rows)
             tx.audit.add(origin.row("tool.invoked", _summary(origin, result), tool_id=tool_id))
             if counted is not None and counted.just_disabled:

@@ -13,6 +13,7 @@ from toolkiln.domain.ids import new_id, utcnow
 from toolkiln.domain.opaque import Positions
 from toolkiln.domain.problems import text_problems
 from toolkiln.domain.records import AuditRow, Page
+from toolkiln.domain.stats import WINDOWS, span_of, summary
 from toolkiln.domain.testcases import CaseSpec, check_test_cases
 from toolkiln.domain.tools import (
     VERSIONED_FIELDS,
@@ -156,6 +157,20 @@ class ToolService:
         principal.require("read")
         with self._uow(readonly=True) as tx:
             return self._visible(tx, principal, tool_id)
+
+    def stats(self, principal: Principal, tool_id: str, window: str) -> dict[str, Any]:
+        """The tool's calls over the window (``1h``, ``24h``, ``7d``), per bucket: calls,
+        failures by code, p50 and p99 (domain/stats.py)."""
+        principal.require("read")
+        if window not in WINDOWS:
+            err = [{"field": "window", "message": f"one of {', '.join(WINDOWS)}"}]
+            raise InvalidRequest("window is not a window the stats know.", err)
+        now = utcnow()
+        first, count, minutes = span_of(window, now)
+        with self._uow(readonly=True) as tx:
+            tool = self._visible(tx, principal, tool_id)
+            rows = tx.stats.window(tool.id, first, count, minutes)
+        return {"tool_id": tool.id, **summary(window, now, rows)}
 
     def page(
         self, principal: Principal, workspace_id: str | None, cursor: str | None, limit: int | None

@@ -31,6 +31,7 @@ from toolkiln.domain.tools import (
 from toolkiln.storage.moments import utc as _utc
 from toolkiln.storage.prepared import Prepared
 from toolkiln.storage.secrets_repo import SqlSecrets
+from toolkiln.storage.stats_repo import SqlStats
 from toolkiln.storage.tables import (
     agent_tools,
     agents,
@@ -581,6 +582,7 @@ class SqlUnitOfWork:
         self.tools = SqlTools(conn)
         self.audit = SqlAudit(conn)
         self.calls = SqlCalls(conn)
+        self.stats = SqlStats(conn)
         self.outbox = SqlOutbox(conn)
         self.files = SqlFiles(conn)
         self.agents = SqlAgents(conn)

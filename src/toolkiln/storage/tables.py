@@ -6,6 +6,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 
 from toolkiln.domain.limits import MAX_CALL_ID_CHARS
+from toolkiln.domain.stats import BUCKETS as STATS_BUCKETS
 
 metadata = sa.MetaData()
 JSONType = sa.JSON().with_variant(JSONB(), "postgresql")
@@ -119,6 +120,18 @@ tool_calls = sa.Table(
     sa.Column("agent_id", sa.String(MAX_CALL_ID_CHARS)),
     sa.Column("created_at", Moment, nullable=False),
     sa.Index("ix_tool_calls_tool", "tool_id", "created_at"),
+)
+
+# A tool's calls per minute and outcome code ("" for ok), with a count per duration bucket
+# (domain/stats.py): what GET /v1/custom-tools/{id}/stats reads, one row per minute and code.
+tool_call_stats = sa.Table(
+    "tool_call_stats",
+    metadata,
+    sa.Column("tool_id", sa.String(32), primary_key=True),
+    sa.Column("minute", sa.Integer, primary_key=True),
+    sa.Column("code", sa.String(32), primary_key=True),
+    sa.Column("calls", sa.Integer, nullable=False),
+    *(sa.Column(f"d{i}", sa.Integer, nullable=False) for i in range(STATS_BUCKETS)),
 )
 
 outbox = sa.Table(

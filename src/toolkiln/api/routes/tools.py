@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query, Response
 from pydantic import BaseModel
@@ -69,6 +69,19 @@ def list_tools(
 @router.get("/{tool_id}", response_model=models.One[models.Tool])
 def get_tool(tool_id: str, who: Reader, svc: Svc) -> dict[str, Any]:
     return {"data": serialize.tool(svc.tools.get(who, tool_id))}
+
+
+@router.get("/{tool_id}/stats", response_model=models.One[models.ToolStats], name="tool_stats")
+def tool_stats(
+    tool_id: str,
+    who: Reader,
+    svc: Svc,
+    window: Annotated[Literal["1h", "24h", "7d"], Query()] = "24h",
+) -> dict[str, Any]:
+    """The tool's stored calls over the window, per time bucket (1 min, 15 min, 1 h): calls,
+    failures by error code, p50 and p99 duration (estimated from duration buckets); empty
+    buckets included. Read from per-minute counts: its cost does not grow with the calls."""
+    return {"data": svc.tools.stats(who, tool_id, window)}
 
 
 @router.patch(
