@@ -34,7 +34,7 @@ $(WEB_DEPS): $(WEB)/package.json $(WEB)/package-lock.json
 	cd $(WEB) && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-$(BUNDLE): $(WEB_DEPS) $(wildcard $(WEB)/src/*.js)
+$(BUNDLE): $(WEB_DEPS) $(wildcard $(WEB)/src/*.js) $(wildcard $(WEB)/src/*.css)
 	cd $(WEB) && npm run --silent build
 
 install: $(STAMP) $(BUNDLE)

@@ -1,7 +1,9 @@
 // The list: one row per tool, counts refreshed by polling without a reload, disabled tools
-// marked with their reason, filtered by name and status.
+// marked with their reason, filtered by name and status; each tool's calls of the last
+// 24 hours (charts.js), and the tools that failed in them first.
 
 import { all, q } from "./api.js";
+import { activityChart, readStats } from "./charts.js";
 import { clear, field, h } from "./dom.js";
 import { paged, serviceLimits } from "./limits.js";
 import { poll } from "./poll.js";
@@ -15,13 +17,30 @@ function statusCell(tool) {
   ];
 }
 
-function toolRow(tool) {
+// How often the list reads each tool's stats again (a request per tool).
+const ACTIVITY_EVERY_MS = 30000;
+
+function toolRow(tool, activity) {
   const tr = row({ "data-tool-id": tool.id });
-  fill(tr, tool);
+  fill(tr, tool, activity);
   return tr;
 }
 
-function fill(tr, tool) {
+function activityCell(stats) {
+  if (!stats) return cell("Last 24 h", { class: "activity", text: "…" });
+  const t = stats.total;
+  const box = h("div", { class: "spark", role: "img" });
+  const text = h("span", {
+    class: t.failures ? "status-error" : "",
+    text: `${t.calls} call${t.calls === 1 ? "" : "s"}${t.failures ? `, ${t.failures} failed` : ""}`,
+  });
+  const td = cell("Last 24 h", { class: "activity" }, box, text);
+  // Drawn once the cell is in the page (uPlot measures its box).
+  requestAnimationFrame(() => activityChart(box, stats));
+  return td;
+}
+
+function fill(tr, tool, activity) {
   const stamp = JSON.stringify([
     tool.name,
     tool.status,
@@ -31,6 +50,7 @@ function fill(tr, tool) {
     tool.last_error,
     tool.version,
     tool.language,
+    activity ? activity.to + JSON.stringify(activity.total) : null,
   ]);
   if (tr.dataset.stamp === stamp) return;
   tr.dataset.stamp = stamp;
@@ -45,6 +65,7 @@ function fill(tr, tool) {
     cell("Last error", { class: "last-error", text: tool.last_error || "" }),
     cell("Version", { class: "num", text: String(tool.version) }),
     cell("Language", { text: tool.language }),
+    activityCell(activity),
   );
 }
 
@@ -63,7 +84,7 @@ export function listPage(main, ctx) {
   const summary = h("p", { class: "summary", "aria-live": "polite" });
   const table = cardTable(
     "Custom tools of this workspace",
-    ["Name", "Status", "Uses", "Failures", "Last error", "Version", "Language"],
+    ["Name", "Status", "Uses", "Failures", "Last error", "Version", "Language", "Last 24 h"],
     { className: "tools" },
   );
   const tbody = table.body;
@@ -89,11 +110,19 @@ export function listPage(main, ctx) {
   );
 
   const rows = new Map();
+  const activity = new Map(); // tool id -> its stats of the last 24 hours
   let tools = [];
+  // Failing first: the tools with failures in the last 24 hours (most first), then the
+  // disabled ones, then the rest by name.
+  const failing = (t) => activity.get(t.id)?.total.failures || 0;
+  const order = (a, b) =>
+    failing(b) - failing(a) || (a.status === "disabled") - (b.status === "disabled") || a.name.localeCompare(b.name);
   const draw = () => {
     const needle = nameFilter.value.trim().toLowerCase();
     const status = statusFilter.value;
-    const shown = tools.filter((t) => (!needle || t.name.includes(needle)) && (!status || t.status === status));
+    const shown = tools
+      .filter((t) => (!needle || t.name.includes(needle)) && (!status || t.status === status))
+      .sort(order);
     const keep = new Set(shown.map((t) => t.id));
     for (const [id, tr] of rows) {
       if (!keep.has(id)) {
@@ -104,22 +133,32 @@ export function listPage(main, ctx) {
     shown.forEach((tool, i) => {
       let tr = rows.get(tool.id);
       if (!tr) {
-        tr = toolRow(tool);
+        tr = toolRow(tool, activity.get(tool.id));
         rows.set(tool.id, tr);
-      } else fill(tr, tool);
+      } else fill(tr, tool, activity.get(tool.id));
       if (tbody.children[i] !== tr) tbody.insertBefore(tr, tbody.children[i] || null);
     });
     empty.hidden = shown.length > 0;
     const disabled = tools.filter((t) => t.status === "disabled").length;
-    summary.textContent = `${tools.length} tool${tools.length === 1 ? "" : "s"}, ${disabled} disabled`;
+    const failed = tools.filter((t) => failing(t) > 0).length;
+    summary.textContent =
+      `${tools.length} tool${tools.length === 1 ? "" : "s"}, ${disabled} disabled` +
+      (activity.size ? `, ${failed} with failures in the last 24 hours` : "");
+  };
+  const loadActivity = async () => {
+    const found = await Promise.all(tools.map((t) => readStats(t.id, "24h").catch(() => null)));
+    tools.forEach((t, i) => {
+      if (found[i]) activity.set(t.id, found[i]);
+    });
+    draw();
   };
   const load = async () => {
     try {
       const path = `/v1/custom-tools?workspace_id=${q(ctx.workspaceId)}`;
       tools = await all(paged(path, await serviceLimits()));
-      tools.sort((a, b) => a.name.localeCompare(b.name));
       alert.textContent = "";
       draw();
+      if (!activity.size) loadActivity().catch(() => {});
     } catch (err) {
       alert.textContent = err.message;
       throw err;
@@ -128,5 +167,8 @@ export function listPage(main, ctx) {
   nameFilter.addEventListener("input", draw);
   statusFilter.addEventListener("change", draw);
   load().catch(() => {});
-  return poll(load);
+  const stops = [poll(load), poll(loadActivity, ACTIVITY_EVERY_MS)];
+  return () => {
+    for (const stop of stops) stop();
+  };
 }

@@ -7,6 +7,7 @@ import { ApiError, api, q } from "./api.js";
 import { auditSection } from "./audit.js";
 import { auditFeed } from "./auditfeed.js";
 import { callsSection } from "./calls.js";
+import { statsSection } from "./charts.js";
 import { clear, h, say } from "./dom.js";
 import { editCard } from "./editcard.js";
 import { limitsFor } from "./limits.js";
@@ -16,9 +17,11 @@ import { toolStatus } from "./toolstatus.js";
 import { versionsSection } from "./versions.js";
 import { wizard } from "./wizard.js";
 
-// Versions, calls and audit of a saved tool; refresh(tool) reads again what a change moved.
+// Stats, versions, calls and audit of a saved tool; refresh(tool) reads again what a change
+// moved.
 function historyOf(tool, limits) {
   const versions = versionsSection(tool, limits);
+  const stats = statsSection(tool);
   const calls = callsSection(tool);
   const audit = auditSection();
   const read = auditFeed(tool.id, limits);
@@ -34,10 +37,10 @@ function historyOf(tool, limits) {
     }
   };
   let seen = tool;
-  const readAll = () => Promise.all([versions.refresh(), readRows()]);
+  const readAll = () => Promise.all([versions.refresh(), readRows(), stats.refresh()]);
   readAll();
   return {
-    elements: [versions.element, alert, calls.element, audit.element],
+    elements: [stats.element, versions.element, alert, calls.element, audit.element],
     refresh(next) {
       const moved =
         next.version !== seen.version || next.usage_count !== seen.usage_count || next.status !== seen.status;

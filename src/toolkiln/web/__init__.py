@@ -60,7 +60,11 @@ HEADERS = {
     "Cache-Control": "no-cache",
 }
 
-ASSETS = {"app.js": "text/javascript; charset=utf-8", "app.css": "text/css; charset=utf-8"}
+ASSETS = {
+    "app.js": "text/javascript; charset=utf-8",
+    "app.css": "text/css; charset=utf-8",
+    "charts.css": "text/css; charset=utf-8",  # the chart library's sheet, bundled (frontend/)
+}
 
 NOT_BUILT = (
     "The Custom Tools view is not built: run `make install` (it runs npm ci and the esbuild "
