@@ -362,3 +362,24 @@ def test_a_runner_cannot_move_a_span_into_another_trace(spans: InMemorySpanExpor
     found = {s.name: s for s in spans.get_finished_spans()}
     assert found["from a foreign parent"].parent.span_id == run.get_span_context().span_id
     assert found["from its own trace"].parent.span_id == int(PARENT_ID, 16)
+
+
+def test_http_request_has_a_client_span_naming_the_host_only(
+    service: tuple[Runtime, TestClient], spans: InMemorySpanExporter
+) -> None:
+    _, client = service
+    spans.clear()
+    refused = {"method": "GET", "url": f"http://not-listed.invalid/{ARG}?key={ARG}"}
+    r = client.post(
+        "/v1/builtin-tools/http_request/call",
+        json={"input": refused},
+        headers={**AUTH, "traceparent": TRACEPARENT},
+    )
+    assert r.status_code == 200 and r.json()["data"]["error"], r.text
+    found = _trace(spans)
+    span = _named(found, "http_request")[0]
+    assert _parent(found, span).name == "execute_tool http_request"
+    assert span.kind.name == "CLIENT"
+    assert span.attributes["server.address"] == "not-listed.invalid"
+    assert span.attributes["error.type"] == r.json()["data"]["error"]
+    _nothing_given_or_secret(found)  # neither the URL's path nor its query
