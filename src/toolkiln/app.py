@@ -31,6 +31,7 @@ from toolkiln.runners.analyser import RemoteAnalyser
 from toolkiln.runners.fleet import Fleet, RemoteRunner
 from toolkiln.runners.local import LocalRunner, channel_credentials
 from toolkiln.sandbox import patterns
+from toolkiln.services import stats
 from toolkiln.services.access import AccessService
 from toolkiln.services.agents import AgentService
 from toolkiln.services.analysis import CachedAnalyser
@@ -82,8 +83,12 @@ class Runtime:
 
     def loops(self) -> dict[str, Loop]:
         """The background loops a long-running process of this runtime keeps (``serve``,
-        ``mcp``), besides the MCP watcher: on SQLite, the WAL checkpoint."""
-        return {"storage.checkpoint": self.database.checkpointer} if self.database.is_sqlite else {}
+        ``mcp``), besides the MCP watcher: the stats' pruning; on SQLite, the WAL
+        checkpoint."""
+        found: dict[str, Loop] = {"stats.prune": stats.pruner(self.database.transaction)}
+        if self.database.is_sqlite:
+            found["storage.checkpoint"] = self.database.checkpointer
+        return found
 
     def close(self) -> None:
         while self.closers:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
@@ -69,7 +70,9 @@ def _exporter(name: str, env: Mapping[str, str]) -> SpanExporter:
     if name == "console":
         from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
-        return ConsoleSpanExporter()
+        # Standard error, as log lines: standard output may be a protocol's channel
+        # (``toolkiln mcp`` speaks MCP on it).
+        return ConsoleSpanExporter(out=sys.stderr)
     protocol = (
         env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
         or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")

@@ -23,6 +23,8 @@ DURATION_BOUNDS_MS = (
 BUCKETS = len(DURATION_BOUNDS_MS) + 1
 # A window: how many buckets, of how many minutes each.
 WINDOWS: dict[str, tuple[int, int]] = {"1h": (60, 1), "24h": (96, 15), "7d": (168, 60)}
+# Rows older than the longest window (and its first bucket's start) are never read again.
+KEPT_MINUTES = max(count * minutes for count, minutes in WINDOWS.values()) + 60
 
 
 def duration_bucket(ms: float) -> int:

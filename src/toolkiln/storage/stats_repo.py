@@ -41,6 +41,11 @@ class SqlStats:
         params[f"d{duration_bucket(duration_ms)}"] = 1
         _ADD[self._c.dialect.name].run(self._c, params)
 
+    def prune(self, before: int) -> int:
+        """Rows of minutes before ``before``, deleted (by ``ix_tool_call_stats_minute``); how
+        many."""
+        return int(self._c.execute(t.delete().where(t.c.minute < before)).rowcount or 0)
+
     def window(self, tool_id: str, first: int, count: int, minutes: int) -> list[StatsRow]:
         """The tool's rows from bucket ``first`` on (``count`` buckets of ``minutes``),
         summed per bucket and code: at most one row per minute of the window and code is

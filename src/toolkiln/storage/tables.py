@@ -132,6 +132,7 @@ tool_call_stats = sa.Table(
     sa.Column("code", sa.String(32), primary_key=True),
     sa.Column("calls", sa.Integer, nullable=False),
     *(sa.Column(f"d{i}", sa.Integer, nullable=False) for i in range(STATS_BUCKETS)),
+    sa.Index("ix_tool_call_stats_minute", "minute"),  # the pruning of old minutes
 )
 
 outbox = sa.Table(
