@@ -275,6 +275,7 @@ def test_mcp_takes_the_traceparent_in_meta(
     message = _named(found, "tools/call outer-tool")[0]
     assert message.parent.span_id == int(PARENT_ID, 16)
     assert message.attributes["mcp.method.name"] == "tools/call"
+    assert message.attributes["mcp.session.id"]
     outer = _named(found, "execute_tool outer-tool")[0]
     assert _parent(found, outer) is message
     assert "execute_tool outer-tool" in _ancestors(

@@ -193,6 +193,9 @@ def _message(
     attributes: dict[str, Any] = {"mcp.method.name": method}
     if ctx.request_id is not None:
         attributes["jsonrpc.request.id"] = str(ctx.request_id)
+    headers = getattr(ctx.request, "headers", None)  # streamable HTTP's request; stdio: none
+    if headers is not None and (session := headers.get("mcp-session-id")):
+        attributes["mcp.session.id"] = str(session)[:128]
     if tool is not None:
         tool = tool[: tracing.MAX_NAME_CHARS]
         attributes.update({"gen_ai.tool.name": tool, "gen_ai.operation.name": "execute_tool"})
