@@ -1,4 +1,4 @@
-"""The performance table of issue 15, in one run on one machine.
+"""The performance table of docs/benchmarks.md, in one run on one machine.
 
 Run with `make bench`. It starts a real `toolkiln serve` (SQLite in a temporary data dir,
 every isolation layer on, default settings), creates trivial tools, and measures over HTTP
@@ -8,7 +8,7 @@ minus one making none, divided by 50), GET /healthz; then BENCH_CONCURRENCY clie
 (default 16) invoking the Python tool for BENCH_SECONDS (default 10). Then it reads the
 memory of the service and its sandbox processes, stops the service, and runs the baselines:
 a fresh `python3 -I -S` per call, a Node worker thread + vm per call, and a bare FastAPI
-route (the HTTP floor). Last, the runner shapes side by side (CONTRACT 12): the embedded
+route (the HTTP floor). Last, the runner shapes side by side: the embedded
 default (the runner `serve` starts, on a Unix socket) against a `toolkiln runner` of its own
 reached over loopback TCP, each measured in turn on a service of its own (BENCH_SEQ
 sequential calls of the Python and JavaScript tools, the ctx round trip).

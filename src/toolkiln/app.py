@@ -121,7 +121,7 @@ def _keep_out_of_logs(settings: Settings) -> None:
 
 def _signing_key(settings: Settings, database: Database) -> bytes:
     """The key of file links: TOOLKILN_FILE_SIGNING_KEY, else one generated once and kept in
-    the database, so every replica signs and accepts the same links (CONTRACT 11)."""
+    the database, so every replica signs and accepts the same links."""
     if settings.file_signing_key is not None:
         return settings.file_signing_key.get_secret_value().encode()
     seed = settings.legacy_signing_key() or secrets.token_hex(32)
@@ -138,7 +138,7 @@ def build(
     settings: Settings, *, migrate: bool = True, sandbox: bool = True, hosted: bool = False
 ) -> Runtime:
     """``sandbox=False`` for CLI commands that only touch the database. The code runs on
-    runners (CONTRACT 12): ``TOOLKILN_RUNNERS``', else one started as a child process
+    runners: ``TOOLKILN_RUNNERS``', else one started as a child process
     (the embedded default); ``hosted=True`` serves a runner from this process instead,
     reached over the same gRPC, for tests that look inside its sandboxes."""
     _keep_out_of_logs(settings)

@@ -77,7 +77,7 @@ class SandboxSettings(BaseSettings):
 class RunnerSettings(SandboxSettings):
     """``toolkiln runner``'s settings. A runner holds no credential but the runner credential
     itself: never the database URL, the model key, SMTP or search settings, signing keys or
-    secrets (CONTRACT 12); it does not read them."""
+    secrets; it does not read them."""
 
     runner_listen: str | None = None
     runner_token: SecretStr | None = None
@@ -97,7 +97,7 @@ class Settings(SandboxSettings):
     bootstrap_token: SecretStr | None = None
     metrics_token: SecretStr | None = None
     db_pool_size: int = Field(16, ge=1, le=256)
-    # Runners (CONTRACT 12): unset, `serve` starts one of its own on a Unix socket.
+    # Runners: unset, `serve` starts one of its own on a Unix socket.
     runners: str | None = None
     runner_token: SecretStr | None = None
     runner_tls_ca: Path | None = None

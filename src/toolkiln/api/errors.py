@@ -57,7 +57,7 @@ def envelope(
     if status == 401:
         headers["WWW-Authenticate"] = "Bearer"
     # Details may repeat text from outside (a model's proposal): a lone surrogate in them
-    # made the response fail to encode, a 500 (until 2026-12-06).
+    # would make the response fail to encode.
     body = {"error": {"code": code, "message": scrub(message), "details": scrub_all(details)}}
     return JSONResponse(body, status_code=status, headers=headers or None)
 

@@ -39,8 +39,8 @@ class BodyLimit:
             return
         kind = content_kind(headers.get(b"content-type", b""))
         has_body = (length.isdigit() and int(length) > 0) or b"transfer-encoding" in headers
-        # A body without a Content-Type is refused too (docs/api.md): it went on to a 422
-        # about the body's shape (until 2026-12-06).
+        # A body without a Content-Type is refused too (docs/api.md), not judged by its
+        # shape.
         if has_body and not is_json(kind):
             response = envelope(
                 415,

@@ -222,7 +222,7 @@ class ToolCreate(ToolFields):
 class ToolPatch(Body):
     """A field left out keeps its value. ``null`` is refused (422) unless the Tool's field is
     nullable: ``parameters: null`` means no parameters, ``execution_message_description: null``
-    clears the status line (CONTRACT section 3)."""
+    clears the status line."""
 
     model_config = ConfigDict(json_schema_extra=_absent_not_null)
 

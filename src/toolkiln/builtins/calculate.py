@@ -37,8 +37,8 @@ def _factorial(n: Number) -> Number:
 
 def _round(x: Number, ndigits: Number | None = None) -> Number:
     """``round``, with the digits bounded: for an int, Python computes 10**-ndigits, and a
-    call with -2*10**7 held the service's interpreter for ~19 s, every workspace's requests
-    with it (until 2026-12-06; tests/builtins/test_calculate.py)."""
+    call with -2*10**7 would hold the service's interpreter for ~19 s, every workspace's
+    requests with it (tests/builtins/test_calculate.py)."""
     if ndigits is None:
         return round(x)
     if not isinstance(ndigits, int) or abs(ndigits) > MAX_ROUND_DIGITS:

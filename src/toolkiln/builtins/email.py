@@ -145,7 +145,7 @@ class SendEmail:
             )
         domain = (self._smtp.sender.rpartition("@")[2] if self._smtp else None) or "toolkiln.local"
         # Random only: email.utils.make_msgid puts the time and the service's process id in
-        # it, which no tool needs to see (CONTRACT 2: ids say nothing but themselves).
+        # it, which no tool needs to see (ids say nothing but themselves).
         message_id = f"<{new_id()}@{domain}>"
         call.cost["recipients"] = len(to) + len(cc)
         if self._smtp is not None:

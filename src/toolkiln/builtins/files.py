@@ -35,7 +35,7 @@ class SurfaceFile:
                 },
             },
             # "Exactly one of content, content_base64" is checked in call(): providers refuse
-            # a top-level oneOf in a tool's parameters (CONTRACT section 7).
+            # a top-level oneOf in a tool's parameters.
             "required": ["filename"],
             "additionalProperties": False,
         },

@@ -142,8 +142,8 @@ class WebSearch:
 
 def _reason(exc: Exception) -> str:
     """Why the provider failed, in words that name neither its address nor what its URL
-    holds: the exception's text named the whole URL, a password in it included, to any
-    workspace's caller (until 2026-12-06; tests/builtins/test_builtins_api.py)."""
+    holds: the exception's text names the whole URL, a password in it included, and goes
+    to any workspace's caller (tests/builtins/test_builtins_api.py)."""
     if isinstance(exc, httpx.HTTPStatusError):
         return f"the provider answered HTTP {exc.response.status_code}"
     if isinstance(exc, ValueError):

@@ -23,13 +23,13 @@ class BuiltinSpec:
     description: str
     input_schema: dict[str, Any]
     # It acts outside the call (sends, stores, requests): under a dry budget (a generation's
-    # example runs, CONTRACT 9) it answers ``dry_run`` instead (services/dispatch.py).
+    # example runs) it answers ``dry_run`` instead (services/dispatch.py).
     effects: bool = False
 
 
 def dry_run(name: str) -> dict[str, Any]:
     """The error a call that would act outside a dry run gets instead: ``{"code": "dry_run",
-    "message", "details"}`` (CONTRACT 9)."""
+    "message", "details"}``."""
     message = (
         f"{name} was not run: a generation's example runs are dry, so nothing is sent, "
         "stored or called."

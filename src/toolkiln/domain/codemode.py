@@ -1,4 +1,4 @@
-"""Code mode (CONTRACT 7a): an agent's tools offered as one ``run_program`` tool whose
+"""Code mode: an agent's tools offered as one ``run_program`` tool whose
 description declares each of them as a typed signature in the program's language.
 
 Signatures are generated from the same ``ToolDef`` list the direct tool list is rendered

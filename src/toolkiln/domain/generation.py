@@ -1,4 +1,4 @@
-"""AI-assisted creation (CONTRACT section 9): the ``propose_tool`` function, the prompt, and
+"""AI-assisted creation: the ``propose_tool`` function, the prompt, and
 how a proposal is read, judged and turned into a draft. Pure rules; the loop is in
 ``services/generate.py``.
 """
@@ -310,7 +310,7 @@ def case_of_example(
     index: int, example: dict[str, Any], result: Result, dry: bool = False
 ) -> dict[str, Any]:
     """An example as a test case: its expected, or else what it gave, must come out again.
-    ``dry``: a call of its run answered ``dry_run`` (CONTRACT 9), so what it gave is not
+    ``dry``: a call of its run answered ``dry_run``, so what it gave is not
     what the tool gives when it acts; only its expected (or its status) is kept."""
     expect: dict[str, Any] = {"status": "ok"}
     if example.get("expect"):

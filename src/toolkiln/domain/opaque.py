@@ -1,4 +1,4 @@
-"""Positions shown as opaque strings: audit row ids and list cursors (CONTRACT 2).
+"""Positions shown as opaque strings: audit row ids and list cursors.
 
 Rows are ordered by sequences the whole service shares (``audit.id``, ``tools.seq``,
 ``outbox.seq``): every workspace's rows take numbers from them, so a number shown to a

@@ -46,7 +46,7 @@ class Budget:
     policy: Policy | None = None  # read once: with an invoked tool, else at its first use
     share: ResourceShare = field(default_factory=ResourceShare)
     counting: bool = True  # False under a test run: nothing nested is counted or stored
-    # True under a generation's example runs (CONTRACT 9): every call in the tree that
+    # True under a generation's example runs: every call in the tree that
     # would act outside it (a built-in with effects, a custom tool) answers ``dry_run``.
     dry: bool = False
     held_back: int = 0  # calls answered ``dry_run`` so far

@@ -1,4 +1,4 @@
-"""Turning what the host observed into the contract's ``Result`` (CONTRACT sections 4-5)."""
+"""Turning what the host observed into the contract's ``Result``."""
 
 from __future__ import annotations
 

@@ -168,7 +168,7 @@ _PLAIN = {
 
 _LOCAL_REF = re.compile(r"#(/\$defs/[A-Za-z0-9_.-]+)?")
 # jsonschema-rs compares numbers at or beyond 2**53 inexactly where an integer meets a float
-# (a review found maximum, exclusiveMinimum, const, enum and uniqueItems wrong there).
+# (maximum, exclusiveMinimum, const, enum and uniqueItems are wrong there).
 _EXACT = 2**53
 
 
@@ -471,7 +471,7 @@ def runaway(schema: dict[str, Any]) -> tuple[str, str] | None:
     written = json.dumps(schema)
     if '"$ref"' not in written:  # neither without one (most schemas)
         if '"$id"' in written:  # but an $id that is no URI is refused all the same: stored,
-            registry_of(schema)  # it refused every input (until 2026-12-06)
+            registry_of(schema)  # it would refuse every input
         return None
     graph = _Graph(schema, registry_of(schema)[0])
     found = _runaway(graph)
@@ -832,8 +832,8 @@ class InputValidator:
         # jsonschema-rs has no budget: jsonschema, which has, judges where the work may be
         # large. For the ways down the schema; and for comparing each part with each enum
         # and const value, which it does holding the interpreter (60,000 items against
-        # 1,500 enum objects held every request of the service 13 s, until 2026-12-06;
-        # jsonschema charges each comparison to the value's budget, _cost).
+        # 1,500 enum objects would hold every request of the service 13 s; jsonschema
+        # charges each comparison to the value's budget, _cost).
         ways = self._ways if self._ways is not None and self._ways > 100 else 0
         if ways or self.enum_parts:
             parts = _parts(value)

@@ -1,4 +1,4 @@
-"""Test cases of a tool version and who may call it (CONTRACT sections 3 and 7a).
+"""Test cases of a tool version and who may call it.
 
 A test case is ``{name, input, expect}``; ``expect`` is a partial Result: each key it gives
 must equal the run's (``raw_data`` compared as JSON, so ``1`` equals ``1.0`` but not ``true``).

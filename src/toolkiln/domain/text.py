@@ -46,7 +46,7 @@ NOT_BLANK_PATTERN = "^[^\\u0000]*[^\\s\\u0000][^\\u0000]*$"
 # A page cursor: the position of the last row seen, sealed (domain/opaque.py); the shape of
 # every id here. Only one the service issued for that list is accepted.
 CURSOR_PATTERN = OPAQUE_PATTERN
-# Tool names (CONTRACT section 3).
+# Tool names.
 TOOL_NAME_PATTERN = "^[a-z0-9]+(-[a-z0-9]+)*$"
 
 _LABEL = re.compile(LABEL_PATTERN)

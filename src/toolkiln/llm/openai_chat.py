@@ -155,8 +155,8 @@ def _reply(response: Any) -> ChatReply:
         raise LlmUnavailable(
             "The model endpoint's answer has no message.", {"reason": "bad_response"}
         ) from exc
-    # What goes back to the model on the next turn, cut: a model endpoint that answered
-    # 400 MB of text had it sent back, then twice (until 2026-12-06).
+    # What goes back to the model on the next turn, cut: a model endpoint's whole answer,
+    # however large, is never sent back to it.
     echo: dict[str, Any] = {"role": "assistant", "content": _cut(content, ECHO_CONTENT_CHARS)}
     if calls:
         echo["tool_calls"] = [

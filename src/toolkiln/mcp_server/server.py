@@ -62,14 +62,14 @@ CALL_THREADS = 64  # tools/call requests running at once (more wait for a thread
 
 class Listeners:
     """Who to tell when tool lists change, by the workspace of the agent each client is
-    connected to: 2026-07-28 clients listen on their workspace's bus; earlier (handshake-era)
-    clients get ``notifications/tools/list_changed`` on their session, for which we remember
-    each session that listed tools, with its workspace.
+    connected to: clients that use ``subscriptions/listen`` listen on their workspace's
+    bus; handshake-era clients get ``notifications/tools/list_changed`` on their session,
+    for which we remember each session that listed tools, with its workspace.
 
     A change is told to its own workspace's clients alone (an agent offers only its
-    workspace's tools): telling every client, as until 2026-12-06, let one tenant watch
-    another's activity (when it edited tools, when a tool of its was disabled after three
-    failures; tests/security/test_mcp_scoping.py). Listen streams are capped per workspace,
+    workspace's tools): telling every client would let one tenant watch another's
+    activity (when it edited tools, when a tool of its was disabled after three failures;
+    tests/security/test_mcp_scoping.py). Listen streams are capped per workspace,
     so one tenant's streams cannot use up another's."""
 
     def __init__(self) -> None:
@@ -127,9 +127,9 @@ def tool_list_watcher(services: Services, listeners: Listeners) -> Loop:
     again. Each look reads the list-changing rows among the last ``WINDOW_IDS`` audit ids
     and tells the workspaces of those not told before: on PostgreSQL ids are taken at
     insert and rows become visible at commit, so a row can appear below the newest id
-    seen (a look that only read ids over the last newest one missed it for good, found by
-    review). What was told outlives a restart of the loop, so a change made while the
-    database was away is told once it is back.
+    seen (a look that only read ids over the last newest one would miss it for good). What
+    was told outlives a restart of the loop, so a change made while the database was away is
+    told once it is back.
     """
     told: set[int] | None = None  # the rows in the window at the last look
     newest = 0

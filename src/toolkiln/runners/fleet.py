@@ -1,4 +1,4 @@
-"""The runners an API process uses, and where each run goes (CONTRACT 12).
+"""The runners an API process uses, and where each run goes.
 
 - Discovery: ``TOOLKILN_RUNNERS`` lists addresses (``unix:/path``, ``host:port``); a host
   name is resolved to all its addresses and resolved again every ``RESOLVE_S`` (a

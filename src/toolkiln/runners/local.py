@@ -1,5 +1,5 @@
 """The embedded runner: with no ``TOOLKILN_RUNNERS``, ``toolkiln serve`` starts one runner of its
-own, as a child process on a Unix socket in the data directory (CONTRACT 12).
+own, as a child process on a Unix socket in the data directory.
 
 It is a fresh program (``python -m toolkiln runner``), not a fork of the API: a fork would
 carry the API's memory, credentials included. Its environment is built from nothing: the

@@ -1,5 +1,5 @@
 """``toolkiln runner --listen ADDR``: a process that runs tool code for the API processes that
-connect to it, and holds no credential but the runner credential (CONTRACT 12).
+connect to it, and holds no credential but the runner credential.
 
 It reads ``RunnerSettings`` only (never the API's settings), serves until SIGTERM or
 SIGINT, then drains: it takes no new run, lets the runs in flight end (each within its own

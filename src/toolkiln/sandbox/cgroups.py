@@ -231,9 +231,9 @@ class Cgroups:
         """The slot's process has been reaped: the slot is free for the next one, unless a
         run of its call still holds it. Its own process can die while its call goes on: a
         nested run charged to the slot, or about to join it (the root exits, or the slot's
-        OOM killer picks it). Handed to a fresh child then, the slot put the next caller,
-        of any workspace, under the same memory cap and CPU quota as that nested run
-        (until 2026-12-06; tests/security/test_slot_guests.py)."""
+        OOM killer picks it). Handed to a fresh child then, the slot would put the next
+        caller, of any workspace, under the same memory cap and CPU quota as that nested run
+        (tests/security/test_slot_guests.py)."""
         if handle is not None:
             with self._lock:
                 if handle.holds > 0:

@@ -193,7 +193,7 @@ class AgentService:
         language: str = "python",
     ) -> list[dict[str, Any]]:
         """The agent's tools in a provider's format; in code mode, one ``run_program`` tool
-        whose description declares the code-mode tools in ``language`` (CONTRACT 7a), or
+        whose description declares the code-mode tools in ``language``, or
         none when the workspace policy does not allow ``run_code``."""
         problems = []
         if fmt not in FORMATS:

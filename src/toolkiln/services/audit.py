@@ -29,7 +29,7 @@ class AuditService:
         return page
 
     def shown(self, rows: list[AuditRow]) -> list[AuditRow]:
-        """The rows with the ids clients see (their places sealed, CONTRACT 2)."""
+        """The rows with the ids clients see (their places sealed)."""
         ids = self.positions.seal_all("audit", [_seq(r) for r in rows])
         return [replace(r, id=i) for r, i in zip(rows, ids, strict=True)]
 

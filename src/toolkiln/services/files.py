@@ -81,8 +81,8 @@ class FileService:
             when = int(expires)
         except ValueError:
             raise Forbidden("The link is not valid.") from None
-        # Compared as bytes: compare_digest refuses text that is not ASCII (a 500, until
-        # 2026-12-06, for any link whose sig held such a character).
+        # Compared as bytes: compare_digest refuses text that is not ASCII (a link whose
+        # sig holds such a character is refused, not a 500).
         given = sig.encode("utf-8", "surrogatepass")
         if not hmac.compare_digest(self._sig(file_id, when).encode(), given) or when < time.time():
             raise Forbidden("The link is not valid or has expired.")

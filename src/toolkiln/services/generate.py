@@ -1,4 +1,4 @@
-"""AI-assisted creation (CONTRACT section 9): ask a model for a tool, prove it, hand back a draft.
+"""AI-assisted creation: ask a model for a tool, prove it, hand back a draft.
 
 The loop: ask with ``propose_tool`` required; read the first call's arguments; validate the
 definition exactly as a create would; run every example in the sandbox and compare it with
@@ -7,8 +7,8 @@ the configured number of proposals. Nothing is saved but one audit row.
 
 A generation holds one place of its workspace's long work from the first question to the
 draft (``services/places.py``). Its example runs share one budget, and that budget is dry:
-a built-in with effects or a custom tool reached from an example answers ``dry_run``
-(CONTRACT 9), so a proposal cannot send, store or call anything, however many examples it
+a built-in with effects or a custom tool reached from an example answers ``dry_run``,
+so a proposal cannot send, store or call anything, however many examples it
 gives and however often it is asked again.
 """
 

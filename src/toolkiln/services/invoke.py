@@ -59,7 +59,7 @@ class DraftRunner:
         tool_id: str | None = None,
     ) -> Result:
         """``budget``: shared with other runs of the same work (a generation's examples,
-        whose budget is dry: CONTRACT 9); None: one of its own, lasting the draft's time.
+        whose budget is dry); None: one of its own, lasting the draft's time.
         ``tool_id``: the stored tool the draft is a version of (its test cases), whose id
         the run's rows carry."""
         # Validated before (its analysis is the workspace's, kept: services/analysis.py).

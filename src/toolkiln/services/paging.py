@@ -2,7 +2,7 @@
 
 A cursor holds the position of the last row of a page in its table's own order (a sequence
 every workspace shares), sealed by ``domain.opaque.Positions`` so that the client learns
-nothing from it (CONTRACT 2). Keyset paging on that column (``WHERE seq > :after ORDER BY
+nothing from it. Keyset paging on that column (``WHERE seq > :after ORDER BY
 seq LIMIT n``, on an index that starts with the workspace) stays as cheap as before.
 """
 

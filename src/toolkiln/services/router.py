@@ -122,7 +122,7 @@ class Router:
             # The database went away under this ctx call (its tool's read, a nested run's
             # admission or record, a built-in's write), or the workspace has its share of
             # code checks under way (a nested run_code's): the code gets the error envelope,
-            # as for any failing call (CONTRACT 5), and its own record decides the rest.
+            # as for any failing call, and its own record decides the rest.
             err = error(exc.code, exc.message)
             return to_ctx("refused", refused(origin.call_id, None, None, err))
         return to_ctx(kind, result)
@@ -275,7 +275,7 @@ class Router:
     @staticmethod
     def _called(origin: Origin, tool: Tool, result: Result) -> None:
         """The ``tool.called`` row of a custom tool reached from code. It is about the tool
-        called, so it carries that tool's id (CONTRACT 8): a program's, ``run_code``'s, a
+        called, so it carries that tool's id: a program's, ``run_code``'s, a
         test run's or a generated example's call of a stored tool is in the tool's trail."""
         data: dict[str, Any] = {
             "name": tool.name,
@@ -332,8 +332,7 @@ class Router:
 
         Source given at call time never passed the save-time check of ``timeout_ms``
         against the workspace's ``max_timeout_ms``: its time is held to that ceiling here,
-        where it is chosen (until 2026-12-02 a program ran 30 s and run_code 5 s under a
-        ceiling of 1 s: tests/security/test_policy_ceilings.py)."""
+        where it is chosen (tests/security/test_policy_ceilings.py)."""
         timeout_ms = min(timeout_ms, self._policy(run).max_timeout_ms)
         if run.parent_call_id is None:
             run.budget.narrow(timeout_ms)  # a root call learns its own limit
@@ -359,7 +358,7 @@ class Router:
         self, tx: UnitOfWork, origin: Origin, name: str, offer: Offer | None
     ) -> Tool | None:
         if "\x00" in name:  # no stored name or id holds one, and PostgreSQL cannot compare
-            return None  # text that does (a DataError: a 500 over MCP, until 2026-12-06)
+            return None  # text that does (a DataError, which would be a 500)
         tool = tx.tools.by_name(origin.workspace_id, name)
         if tool is None and "_" in name and not name.startswith(CUSTOM_PREFIX):
             tool = tx.tools.by_name(origin.workspace_id, name.replace("_", "-"))
@@ -400,7 +399,7 @@ class Router:
     def _recorded(self, run: Origin, tool: Tool, result: Result) -> Result:
         if run.budget.counting:
             self._runs.record_tool(run, tool.id, result)
-        else:  # under a test run (CONTRACT 3: test runs count nothing): the rows only
+        else:  # under a test run (test runs count nothing): the rows only
             self._runs.record_uncounted(run, tool.id, result)
         return result
 
@@ -412,14 +411,13 @@ class Router:
         return budget.policy
 
     def _active(self, tool_id: str, read_at: float, deadline: float) -> bool:
-        """The status when the run starts, not when the request arrived (CONTRACT 4): the
+        """The status when the run starts, not when the request arrived: the
         status read with the tool stands when a sandbox process was ready within
         ``ADMIT_FRESH_S`` of when the statement that read it was sent (``read_at``): the
         status is then at most that old when the run starts, and the call did not queue. A
         call that waited longer (for its workspace's turn, a process, a package, the GIL)
-        reads it again. (Until 2026-12-03 the window counted from before the read's
-        transaction began, its pool checkout and BEGIN included: on a slow minute calls
-        that never queued read the status twice; docs/decisions/108-one-read-per-call.md.)
+        reads it again. The window does not count the read's pool checkout and BEGIN
+        (docs/decisions/108-one-read-per-call.md).
 
         A run of the same tool that ended here and whose record (the counters: maybe the
         disable) is still being written is waited for first: the process this call got

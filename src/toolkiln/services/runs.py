@@ -279,14 +279,14 @@ class Runs:
     def record_uncounted(self, origin: Origin, tool_id: str, result: Result) -> None:
         """A stored tool's run under a test run (its own test case, or reached through the
         ``ctx`` of a test run, a test case or a generated example): the run's rows and one
-        ``tool.invoked`` row with the tool's id (CONTRACT 8) marked ``"test_run": true``,
-        and nothing else: no counter moves and no call is stored (CONTRACT 3)."""
+        ``tool.invoked`` row with the tool's id marked ``"test_run": true``,
+        and nothing else: no counter moves and no call is stored."""
         rows = _take(origin)
         rows.append(origin.row("tool.invoked", test_run(_summary(origin, result)), tool_id=tool_id))
         self.writes.run(lambda tx: tx.audit.add_many(rows))
 
     def record_run(self, origin: Origin, result: Result, name: str, kind: str = "") -> None:
-        """A run that is no stored tool's: ``run_code`` (no call stored, CONTRACT 4; its own
+        """A run that is no stored tool's: ``run_code`` (no call stored; its own
         ``builtin.called`` row) or a code-mode program (``kind="program"``: stored, with a
         ``tool.invoked`` row), after the rows of its ctx calls, in one transaction."""
         rows = _take(origin)

@@ -62,7 +62,7 @@ class SystemService:
         return self._runners() if self._runners is not None else []
 
     def runtimes(self) -> dict[str, Any]:
-        """CONTRACT section 3: what each language offers, and that it is true."""
+        """What each language offers, and that it is true."""
         found = self._runtimes()
         for language in ("python", "javascript"):
             found.setdefault(

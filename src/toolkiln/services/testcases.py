@@ -97,7 +97,7 @@ class CaseRunner:
     ) -> list[CaseReport]:
         """Every case, in one place of the workspace's long work (``TooManyRequests`` when
         it has none free). ``tool_id``: the tool whose version ``draft`` is (or is about to
-        be, on a create): the runs' audit rows carry it, marked as test runs (CONTRACT 8)."""
+        be, on a create): the runs' audit rows carry it, marked as test runs."""
         if not cases:
             return []
         with self._places.take(workspace_id, "test_cases"):

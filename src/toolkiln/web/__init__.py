@@ -1,4 +1,4 @@
-"""The Custom Tools view (CONTRACT section 10): a static page and its bundle under ``/ui``.
+"""The Custom Tools view: a static page and its bundle under ``/ui``.
 
 The page holds no data of its own: it signs in with a token and talks to ``/v1`` like any
 client. The bundle is built from ``frontend/`` at install time (``make install``); this

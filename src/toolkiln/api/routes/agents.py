@@ -1,4 +1,4 @@
-"""Agents, their tools in provider formats, and the one dispatch call (CONTRACT section 7)."""
+"""Agents, their tools in provider formats, and the one dispatch call."""
 
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ def agent_tools(
     language: Literal["python", "javascript"] = "python",
 ) -> dict[str, Any]:
     """``mode=code``: one ``run_program`` tool whose description declares the agent's
-    code-mode tools as signatures in ``language`` (CONTRACT 7a)."""
+    code-mode tools as signatures in ``language``."""
     tools = svc.agents.tool_list(who, agent_id, format, strict, mode, language)
     return {"data": tools, "next_cursor": None}
 

@@ -1,4 +1,4 @@
-"""The audit trail (CONTRACT section 8)."""
+"""The audit trail."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Built-in tools, the outbox, and signed file downloads (CONTRACT section 6)."""
+"""Built-in tools, the outbox, and signed file downloads."""
 
 from __future__ import annotations
 

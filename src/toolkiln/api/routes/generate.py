@@ -1,4 +1,4 @@
-"""AI-assisted creation over HTTP (CONTRACT section 9), as JSON or as a server-sent event stream."""
+"""AI-assisted creation over HTTP, as JSON or as a server-sent event stream."""
 
 from __future__ import annotations
 
@@ -104,7 +104,7 @@ async def _plain(
 
 def _sse(kind: str, data: Any) -> str:
     # Scrubbed as text, after the encoding (the model's data may nest deep; a lone
-    # surrogate in it made the stream fail mid-body, until 2026-12-06).
+    # surrogate in it would make the stream fail mid-body).
     return f"event: {kind}\ndata: {scrub(json.dumps(data, ensure_ascii=False))}\n\n"
 
 

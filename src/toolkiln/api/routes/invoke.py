@@ -1,4 +1,4 @@
-"""Invoking tools, testing unsaved ones, run-code, stored calls and the runtimes (CONTRACT 3-4)."""
+"""Invoking tools, testing unsaved ones, run-code, stored calls and the runtimes."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ async def invoke_tool(
 ) -> JSONResponse:
     # Only what FastInvoke (below) does not take reaches this route: a body that is not
     # valid, or is not declared as JSON. The Caller dependency answers a missing or bad
-    # token with 401 before FastAPI judges the body (CONTRACT 1), as on every other route;
+    # token with 401 before FastAPI judges the body, as on every other route;
     # the call a valid body makes then runs with that principal.
     return await _invoke(request, tool_id, body, who)
 

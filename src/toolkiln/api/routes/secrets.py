@@ -1,4 +1,4 @@
-"""Workspace secrets (CONTRACT 14): values are written, never read back."""
+"""Workspace secrets: values are written, never read back."""
 
 from __future__ import annotations
 

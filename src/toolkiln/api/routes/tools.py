@@ -1,4 +1,4 @@
-"""The custom-tool registry (CONTRACT section 3)."""
+"""The custom-tool registry."""
 
 from __future__ import annotations
 

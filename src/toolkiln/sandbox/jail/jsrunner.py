@@ -103,7 +103,7 @@ def _where(message: str) -> tuple[int | None, int | None]:
 # mini-racer's text for a JavaScript value it hands Python as an object: its Python repr,
 # with a heap address. A rejection reaches Python through mini-racer's own await, which
 # calls the promise's ``then``: code that replaced ``Promise.prototype.then`` can reject
-# with any value there, past ``__tk_wellformed`` (found by review).
+# with any value there, past ``__tk_wellformed``.
 _WRAPPER = re.compile(r"<py_mini_racer\.[\w.]+ object at 0x[0-9a-fA-F]+>")
 
 

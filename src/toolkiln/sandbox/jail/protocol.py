@@ -124,8 +124,8 @@ def readable(sock: socket.socket, timeout: float) -> bool:
     """Whether ``sock`` has something to read (or its close) within ``timeout`` seconds.
     ``poll``, not ``select``: ``select`` takes no descriptor of 1024 or more, and the
     service's channels get such numbers once it holds that many descriptors (idle client
-    connections are enough); every call handed such a child ended as ``infra_error``
-    (until 2026-12-06; tests/security/test_high_descriptors.py)."""
+    connections are enough), and a call handed such a child would end as ``infra_error``
+    (tests/security/test_high_descriptors.py)."""
     poller = select.poll()
     poller.register(sock, select.POLLIN)
     return bool(poller.poll(max(0, int(timeout * 1000 + 0.999))))  # ms, rounded up

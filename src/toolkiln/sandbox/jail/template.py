@@ -116,7 +116,7 @@ def _build_root(cfg: JailConfig, layers: dict) -> None:
     # The tmpfs sits one level down, in /tmp/<uid> (root's, 0710, the uid's group): only
     # that uid can reach it. Mounted at /tmp/<uid> itself, any child could statvfs and stat
     # another uid's scratch, and so watch another workspace's running call: bytes and files
-    # written, when last (until 2026-12-06; tests/security/test_scratch_privacy.py).
+    # written, when last (tests/security/test_scratch_privacy.py).
     base = cfg.uid_base
     for uid in range(base, base + cfg.uid_count):
         os.mkdir(f"{r}/tmp/{uid}")
@@ -282,7 +282,7 @@ class Template:
 
 def _uid_root(root: str) -> None:
     """A uid's scratch root, root's own and 0711, made again if a walk removed it (a uid
-    without it would stay dirty for good: found by review)."""
+    without it would stay dirty for good)."""
     with contextlib.suppress(FileExistsError):
         os.mkdir(root, 0o711)
 
@@ -405,8 +405,8 @@ def main() -> None:
     ctl = socket.socket(fileno=int(sys.argv[2]))
     # What the template was started with names host paths (the repository, the venv, the
     # data directory) and holds its whole configuration; every child would show it to the
-    # tool as sys.argv, sys.orig_argv and sys.executable (until 2026-12-06;
-    # tests/security/test_jail_surface.py).
+    # tool as sys.argv, sys.orig_argv and sys.executable: none of them is kept
+    # (tests/security/test_jail_surface.py).
     sys.argv, sys.orig_argv = [""], []
     sys.executable = sys._base_executable = ""  # type: ignore[attr-defined]
     if cfg.javascript:

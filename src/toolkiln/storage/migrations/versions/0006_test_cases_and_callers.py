@@ -2,7 +2,6 @@
 
 Revision ID: 0006
 Revises: 0005
-Create Date: 2026-12-01
 """
 
 from __future__ import annotations

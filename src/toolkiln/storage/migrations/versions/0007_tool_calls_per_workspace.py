@@ -2,7 +2,6 @@
 
 Revision ID: 0007
 Revises: 0006
-Create Date: 2026-12-01
 """
 
 from __future__ import annotations

@@ -9,7 +9,6 @@ equal), which wakes every replica's MCP watcher.
 
 Revision ID: 0008
 Revises: 0007
-Create Date: 2026-12-01
 """
 
 from __future__ import annotations

@@ -7,7 +7,6 @@ only PostgreSQL is altered (its ALTER keeps every row; widening a varchar rewrit
 
 Revision ID: 0009
 Revises: 0008
-Create Date: 2026-12-01
 """
 
 from __future__ import annotations

@@ -2,12 +2,11 @@
 
 The key that signs file links was generated into each replica's data directory when
 TOOLKILN_FILE_SIGNING_KEY was not set, so a link made by one replica was refused by the
-others (CONTRACT 11: any replica answers any request, links included). A generated key now
+others (any replica answers any request, links included). A generated key now
 lives here: the first replica to start stores it, the others read the same.
 
 Revision ID: 0010
 Revises: 0009
-Create Date: 2026-12-02
 """
 
 from __future__ import annotations

@@ -10,7 +10,6 @@ Only indexes change: every row stays.
 
 Revision ID: 0011
 Revises: 0010
-Create Date: 2026-12-07
 """
 
 from __future__ import annotations

@@ -2,7 +2,6 @@
 
 Revision ID: 0012
 Revises: 0011
-Create Date: 2026-12-06
 """
 
 from __future__ import annotations

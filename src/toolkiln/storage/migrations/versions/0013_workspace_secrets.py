@@ -2,7 +2,6 @@
 
 Revision ID: 0013
 Revises: 0012
-Create Date: 2026-12-06
 """
 
 from __future__ import annotations
