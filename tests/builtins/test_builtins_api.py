@@ -110,7 +110,7 @@ def test_search_without_a_provider_is_not_configured() -> None:
 
     with pytest.raises(BuiltinFailure) as caught:
         WebSearch(None).call({"query": "x"}, BuiltinCall("w", Policy(), "api"))
-    assert caught.value.envelope()["error"] == "not_configured"
+    assert caught.value.code == "not_configured"
 
 
 def test_surface_file_signed_links(outbox_service: Service) -> None:

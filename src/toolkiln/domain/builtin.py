@@ -77,17 +77,14 @@ class BuiltinCall:
 
 
 class BuiltinFailure(Exception):
-    """A built-in refused or failed: it becomes ``{"error": code, "details": ...}``."""
+    """A built-in refused or failed: the caller gets a result with the error ``code``, its
+    message and details (services/dispatch.py)."""
 
     def __init__(self, code: str, message: str, details: Any = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.details = details
-
-    def envelope(self) -> dict[str, Any]:
-        details = self.details if self.details is not None else {"message": self.message}
-        return {"error": self.code, "details": details}
 
 
 RUN_CODE_SPEC = BuiltinSpec(

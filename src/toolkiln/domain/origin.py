@@ -95,7 +95,6 @@ class Origin:
 
     caller: Caller
     call_id: str  # this call's id (the root's for a root call)
-    root_call_id: str
     budget: Budget
     parent_call_id: str | None = None
     chain: tuple[str, ...] = ()  # ids of the custom tools on the path to this call
@@ -119,7 +118,7 @@ class Origin:
         offer: Offer | None = None,
         egress: tuple[str, ...] | None = None,
     ) -> Origin:
-        return cls(caller, call_id, call_id, budget, offer=offer, egress=egress)
+        return cls(caller, call_id, budget, offer=offer, egress=egress)
 
     @property
     def workspace_id(self) -> str:

@@ -18,7 +18,6 @@ COUNTED = {
     "sandbox_violation",
 }
 NOT_EXECUTED = {"invalid_input", "tool_disabled", "infra_error"}
-RESULT_KEYS = {"message", "rawData", "_llm", "_render", "_interactive"}
 
 
 @dataclass(slots=True)

@@ -252,7 +252,7 @@ async def _run(fresh: Fresh, req: dict, link) -> tuple[dict, dict | None]:
     try:
         mr.eval(req["code"])
     except Exception as exc:
-        return {**_error(exc), "phase": "load"}, None
+        return _error(exc), None
     entry = req["entry"]
     if entry not in ENTRIES:
         return {"kind": "exception", "type": "ReferenceError", "message": "no entrypoint"}, None

@@ -270,7 +270,6 @@ class Report:
     column: int | None = None
     stdout: str = ""
     stderr: str = ""
-    phase: str | None = None
     repaired: bool = False  # the returned value held text that is not valid Unicode
 
 
@@ -332,7 +331,6 @@ def parse(
         column=_int(frame.get("column")),
         stdout=_log(frame.get("stdout"), caps.log_bytes),
         stderr=_log(frame.get("stderr"), caps.log_bytes),
-        phase=_text(frame.get("phase"), 16) or None,
         repaired="value" in repaired or "*" in repaired,
     )
 

@@ -276,9 +276,7 @@ def _compile_only(req: dict) -> dict:
             warnings.simplefilter("always")
             code = compile(req["code"], TOOL_FILE, "exec")
     except BaseException as exc:
-        report = _exception(exc)
-        report["phase"] = "load"
-        return report
+        return _exception(exc)
     if caught:
         return {"kind": "return", "value": None}  # nothing to keep: compiled per call
     return {"kind": "return", "value": base64.b64encode(marshal.dumps(code)).decode("ascii")}
@@ -290,9 +288,7 @@ def _execute(req: dict, link: _Link, finder: PackageFinder) -> dict:
         code = _code(req)
         exec(code, namespace)  # noqa: S102 - this process is the sandbox
     except BaseException as exc:
-        report = _exception(exc)
-        report["phase"] = "load"
-        return report
+        return _exception(exc)
     fn = namespace.get(req["entry"])
     if not callable(fn):
         return {
