@@ -282,24 +282,22 @@ def _chat_model(settings: Settings) -> ChatModel | None:
 
 def _builtins(
     settings: Settings, uow: UnitOfWorkFactory, files: FileService, secrets_: SecretService
-) -> dict[str, BuiltinTool]:
+) -> list[BuiltinTool]:
     smtp = settings.smtp_url
     key = settings.search_api_key
     provider = make_provider(
         settings.search_provider, settings.search_url, key.get_secret_value() if key else None
     )
-    return {
-        "calculate": Calculate(),
-        "send_email": SendEmail(
-            uow, SmtpConfig.from_url(smtp.get_secret_value()) if smtp else None
-        ),
-        "web_search": WebSearch(provider),
-        "surface_file": SurfaceFile(files),
-        "http_request": HttpRequest(
+    return [
+        Calculate(),
+        SendEmail(uow, SmtpConfig.from_url(smtp.get_secret_value()) if smtp else None),
+        WebSearch(provider),
+        SurfaceFile(files),
+        HttpRequest(
             secrets_,
             context=ssl_context(str(settings.egress_ca_file) if settings.egress_ca_file else None),
         ),
-    }
+    ]
 
 
 def build_app(runtime: Runtime, *, close_on_exit: bool = True) -> FastAPI:

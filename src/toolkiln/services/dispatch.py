@@ -10,13 +10,14 @@ import json
 import logging
 import math
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from toolkiln.domain.builtin import BuiltinCall, BuiltinFailure, BuiltinSpec, dry_run
 from toolkiln.domain.errors import ServiceUnavailable
 from toolkiln.domain.origin import Origin
 from toolkiln.domain.problems import scrub
-from toolkiln.domain.records import Policy
+from toolkiln.domain.records import BUILTIN_NAMES, Policy
 from toolkiln.domain.results import Result, error, refused
 from toolkiln.domain.schema import compile_validator, input_problems
 from toolkiln.services.ports import BuiltinTool
@@ -46,9 +47,17 @@ def summary(payload: Any) -> Any:
 
 
 class Builtins:
-    """The in-process built-ins (``run_code`` runs in the sandbox and is the router's)."""
+    """The in-process built-ins (``run_code`` runs in the sandbox and is the router's),
+    each known by its spec's name, which must be one of ``BUILTIN_NAMES`` (the names a
+    workspace policy may allow): tests/services/test_dispatch.py."""
 
-    def __init__(self, builtins: dict[str, BuiltinTool]) -> None:
+    def __init__(self, tools: Iterable[BuiltinTool]) -> None:
+        builtins: dict[str, BuiltinTool] = {}
+        for tool in tools:
+            name = tool.spec.name
+            if name not in BUILTIN_NAMES or name in builtins:
+                raise ValueError(f"built-in {name!r} is unknown to the policy or given twice")
+            builtins[name] = tool
         self._builtins = builtins
         self._validators = {n: compile_validator(t.spec.input_schema) for n, t in builtins.items()}
 
@@ -97,8 +106,8 @@ class Builtins:
         try:
             value = tool.call(payload, call)
         except BuiltinFailure as failure:
-            details = failure.details if failure.details is not None else None
-            return refused(call_id, None, None, error(failure.code, failure.message, details))
+            err = error(failure.code, failure.message, failure.details)
+            return refused(call_id, None, None, err)
         except ServiceUnavailable:
             raise  # the database is away: an outage for the caller (Router), not a bug here
         except Exception:  # a built-in's bug must not take the caller down
