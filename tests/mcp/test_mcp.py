@@ -146,6 +146,26 @@ def test_http_refuses_bad_tokens_and_foreign_agents(live: Live) -> None:
     assert httpx.post(f"{live.base}/mcp/elsewhere", json=body, headers=headers).status_code == 404
 
 
+def test_http_refuses_as_the_rest_api_does(live: Live) -> None:
+    """One error mapping (api/errors.py): status, code and headers as REST's for the agent."""
+    url = f"{live.base}/mcp/agents/{live.agent_id}"
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    accept = {"Accept": "application/json, text/event-stream"}
+    for auth in (
+        {},
+        {"Authorization": "Bearer nope"},
+        {"Authorization": f"Bearer {live.other_token}"},
+    ):
+        mcp = httpx.post(url, json=body, headers={**accept, **auth})
+        rest = httpx.get(f"{live.base}/v1/agents/{live.agent_id}", headers=auth)
+        assert mcp.status_code in (401, 404)
+        assert (mcp.status_code, mcp.json(), mcp.headers.get("www-authenticate")) == (
+            rest.status_code,
+            rest.json(),
+            rest.headers.get("www-authenticate"),
+        )
+
+
 def test_stdio(live: Live) -> None:
     exe = str(Path(sys.executable).parent / "toolkiln")
     env = {"TOOLKILN_DATA_DIR": str(live.data_dir), "PATH": os.environ.get("PATH", "")}

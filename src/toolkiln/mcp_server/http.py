@@ -12,27 +12,14 @@ import anyio
 from mcp.server.context import ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.requests import Request
-from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
-from toolkiln.domain.errors import (
-    Forbidden,
-    NotFound,
-    ServiceUnavailable,
-    ToolkilnError,
-    Unauthenticated,
-)
+from toolkiln.api.errors import envelope, retry_after, status_of
+from toolkiln.domain.errors import ToolkilnError, Unauthenticated
 from toolkiln.mcp_server.server import Endpoint, Listeners, make_server, tool_list_watcher
 from toolkiln.services.container import Services
 
 PREFIX = "/agents/"
-STATUS = {Unauthenticated: 401, Forbidden: 403, NotFound: 404, ServiceUnavailable: 503}
-
-
-def _refuse(status: int, code: str, message: str) -> JSONResponse:
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    body = {"error": {"code": code, "message": message, "details": None}}
-    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def _bearer(headers: Any) -> str | None:
@@ -89,7 +76,7 @@ class McpHttp:
         path = scope.get("path", "")
         sub = path.split("/mcp", 1)[-1] if path.startswith("/mcp") else path
         if scope["type"] != "http" or not sub.startswith(PREFIX) or not _agent_of(sub):
-            await _refuse(404, "not_found", "MCP lives at /mcp/agents/{agent_id}.")(
+            await envelope(404, "not_found", "MCP lives at /mcp/agents/{agent_id}.")(
                 scope, receive, send
             )
             return
@@ -103,8 +90,8 @@ class McpHttp:
             await anyio.to_thread.run_sync(
                 lambda: self._services.agents.get(principal, _agent_of(sub))
             )
-        except ToolkilnError as exc:
-            status = next((v for k, v in STATUS.items() if isinstance(exc, k)), 400)
-            await _refuse(status, exc.code, exc.message)(scope, receive, send)
+        except ToolkilnError as exc:  # the REST API's answer to the same error
+            answer = envelope(status_of(exc), exc.code, exc.message, exc.details, retry_after(exc))
+            await answer(scope, receive, send)
             return
         await self.manager.handle_request(scope, receive, send)
