@@ -1,4 +1,5 @@
-"""House rules over src/ that anyone can rerun: comments state rules, not history.
+"""House rules over src/ that anyone can rerun: comments state rules, not history; no module
+over 600 lines.
 
 A comment or docstring names no date, no benchmark step, no issue number and no section of a
 document outside the repository ("CONTRACT"): reasons live in docs/decisions/, history in
@@ -99,3 +100,16 @@ def test_no_comment_in_src_names_a_date_a_step_an_issue_or_the_contract() -> Non
         f"{path.parent.relative_to(SRC)}/{hit}" for path in sources() for hit in history_in(path)
     ]
     assert found == []
+
+
+MAX_LINES = 600
+
+
+def test_no_module_in_src_is_over_600_lines() -> None:
+    """A module past 600 lines holds more than one concept: split it along a real seam."""
+    long = {
+        str(path.relative_to(SRC)): lines
+        for path in sources()
+        if (lines := path.read_text(encoding="utf-8").count("\n")) > MAX_LINES
+    }
+    assert long == {}

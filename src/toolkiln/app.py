@@ -25,7 +25,7 @@ from toolkiln.config import Settings
 from toolkiln.domain.analysis import Analysis
 from toolkiln.domain.errors import ServiceUnavailable
 from toolkiln.domain.opaque import KEY_BYTES, Positions
-from toolkiln.domain.schema import use_searcher
+from toolkiln.domain.schema.budget import use_searcher
 from toolkiln.mcp_server.http import McpHttp
 from toolkiln.runners.analyser import RemoteAnalyser
 from toolkiln.runners.fleet import Fleet, RemoteRunner

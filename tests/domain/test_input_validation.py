@@ -22,7 +22,8 @@ from toolkiln.builtins.email import SendEmail
 from toolkiln.builtins.search import WebSearch
 from toolkiln.domain.builtin import RUN_CODE_SPEC
 from toolkiln.domain.codemode import RUN_PROGRAM_SCHEMA
-from toolkiln.domain.schema import EMPTY_SCHEMA, compile_validator, input_problems
+from toolkiln.domain.schema.parameters import EMPTY_SCHEMA
+from toolkiln.domain.schema.validation import compile_validator, input_problems
 
 SHARED = {
     "type": "object",

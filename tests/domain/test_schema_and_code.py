@@ -6,7 +6,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from toolkiln.domain.code_check import analyse
-from toolkiln.domain.schema import check_schema, parameters_to_schema, schema_to_parameters
+from toolkiln.domain.schema.parameters import parameters_to_schema, schema_to_parameters
+from toolkiln.domain.schema.saving import check_schema
 from toolkiln.domain.tools import check_name
 
 param_specs = st.fixed_dictionaries(
@@ -80,7 +81,7 @@ def test_names() -> None:
 
 
 def test_a_missing_required_property_is_named_in_the_field() -> None:
-    from toolkiln.domain.schema import compile_validator, input_problems
+    from toolkiln.domain.schema.validation import compile_validator, input_problems
 
     schema = {
         "type": "object",

@@ -23,7 +23,7 @@ import sqlalchemy as sa
 
 from tests.security.conftest import Target
 from tests.security.tenants import tenant
-from toolkiln.domain.schema import DIALECT
+from toolkiln.domain.schema.parameters import DIALECT
 from toolkiln.storage import tables
 
 LOOPS: list[tuple[dict[str, Any], str]] = [
@@ -176,7 +176,7 @@ def test_each_refused_shape_really_never_ends(schema: dict[str, Any], field: str
     """Refused for a reason: jsonschema itself recurses until Python's limit on them."""
     from jsonschema import Draft202012Validator
 
-    from toolkiln.domain.schema import _NO_RETRIEVAL
+    from toolkiln.domain.schema.references import _NO_RETRIEVAL
 
     value = {"a": 1, "x": 1}
     with pytest.raises(BaseException) as raised:

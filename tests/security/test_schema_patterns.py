@@ -22,6 +22,7 @@ import re
 import threading
 import time
 from pathlib import Path
+from types import FunctionType
 from typing import Any
 
 import pytest
@@ -30,13 +31,10 @@ from jsonschema import Draft202012Validator
 
 from tests.security.conftest import Target
 from tests.security.tenants import tenant
-from toolkiln.domain.schema import (
-    PATTERN_MESSAGE,
-    check_schema,
-    compile_validator,
-    input_problems,
-    use_searcher,
-)
+from toolkiln.domain.schema import budget
+from toolkiln.domain.schema.budget import PATTERN_MESSAGE, use_searcher
+from toolkiln.domain.schema.saving import check_schema
+from toolkiln.domain.schema.validation import compile_validator, input_problems
 from toolkiln.sandbox import patterns
 from toolkiln.storage import tables
 
@@ -264,10 +262,11 @@ def test_patterns_judge_exactly_as_re_does(pattern: str, texts: list[str], searc
 
 
 def test_every_search_of_jsonschemas_keywords_is_bounded() -> None:
-    """The bound is put in place of the ``re`` of the two modules whose keywords search a
-    schema's patterns: any other search in jsonschema's keywords (a newer jsonschema) fails
-    here. (``_legacy_keywords`` serves drafts before 2020-12 only; ``_format`` compiles, and its
-    ``regex`` check is replaced.)"""
+    """Every function of the two modules whose keywords search a schema's patterns that
+    searches (itself, or through a helper that does) is evaluated by ``Budgeted`` as a copy
+    whose ``re`` is the bounded one; jsonschema's own modules keep ``re``. Any other search in
+    jsonschema (a newer jsonschema) fails here. (``_legacy_keywords`` serves drafts before
+    2020-12 only; ``_format`` compiles, and its ``regex`` check is replaced.)"""
     import jsonschema._keywords
     import jsonschema._utils
 
@@ -277,10 +276,36 @@ def test_every_search_of_jsonschemas_keywords_is_bounded() -> None:
         if re.search(r"\bre\.(search|match|fullmatch|finditer|findall)\(", source.read_text()):
             searching.add(source.stem)
     assert searching == {"_keywords", "_utils", "_legacy_keywords"}, searching
-    assert type(jsonschema._keywords.re).__name__ == "_SearchingRe"
-    assert type(jsonschema._utils.re).__name__ == "_SearchingRe"
+
+    def using(module: Any, names: set[str]) -> set[str]:
+        return {
+            name
+            for name, fn in vars(module).items()
+            if isinstance(fn, FunctionType)
+            and fn.__module__ == module.__name__
+            and names & set(fn.__code__.co_names)
+        }
+
+    helpers = using(jsonschema._utils, {"re"})
+    assert helpers == set(budget.SEARCHING_HELPERS)
+    keywords = using(jsonschema._keywords, {"re", *helpers})
+    assert keywords == set(budget.SEARCHING_KEYWORDS)
+    for name, fn in budget.SEARCHING_KEYWORDS.items():
+        assert fn.__code__ is getattr(jsonschema._keywords, name).__code__
+        assert fn.__globals__["re"] is budget.SEARCHING_RE
+        assert all(fn.__globals__[h].__globals__["re"] is budget.SEARCHING_RE for h in helpers)
+        assert budget.Budgeted.VALIDATORS[name] is not Draft202012Validator.VALIDATORS[name]
+    assert jsonschema._keywords.re is re and jsonschema._utils.re is re
     used = {fn.__module__ for fn in Draft202012Validator.VALIDATORS.values()}
     assert "jsonschema._legacy_keywords" not in used, used
+
+
+def test_jsonschema_for_other_users_searches_with_re() -> None:
+    """The bound is the service's validator's alone: a jsonschema validator made elsewhere in
+    the process (the MCP SDK's) searches as jsonschema does."""
+    schema = {"properties": {"x": {"pattern": "^[a-z]+$"}}}
+    assert Draft202012Validator(schema).is_valid({"x": "abc\n"})  # re's $, not ECMA-262's
+    assert input_problems(compile_validator(schema), {"x": "abc\n"}) != []
 
 
 def test_a_pattern_re_cannot_compile_is_refused_on_save(target: Target) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 from toolkiln.domain.formats import schema_warnings
 from toolkiln.domain.ids import rfc3339
 from toolkiln.domain.records import AuditRow, Policy, TokenRecord, Workspace
-from toolkiln.domain.schema import schema_to_parameters
+from toolkiln.domain.schema.parameters import schema_to_parameters
 from toolkiln.domain.secrets import SecretInfo
 from toolkiln.domain.tools import Definition, Tool, ToolVersion
 

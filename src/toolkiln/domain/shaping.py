@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from toolkiln.domain.schema import compile_validator, input_problems
+from toolkiln.domain.schema.validation import compile_validator, input_problems
 
 _TEXT = {"type": "string", "maxLength": 100_000}
 _URL = {"type": "string", "maxLength": 4096, "pattern": "^(https?://|/v1/files/)"}

@@ -12,7 +12,8 @@ from toolkiln.domain import limits
 from toolkiln.domain.analysis import Analysis
 from toolkiln.domain.egress import check_rules
 from toolkiln.domain.problems import Problem, problem, text_problems
-from toolkiln.domain.schema import EMPTY_SCHEMA, check_schema, parameters_to_schema
+from toolkiln.domain.schema.parameters import EMPTY_SCHEMA, parameters_to_schema
+from toolkiln.domain.schema.saving import check_schema
 from toolkiln.domain.testcases import DEFAULT_CALLERS, check_callers, check_test_cases
 
 NAME_RE = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")

@@ -29,7 +29,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from toolkiln.domain.schema import OutOfTime, Unmatchable
+from toolkiln.domain.schema.budget import OutOfTime, Unmatchable
 
 log = logging.getLogger("toolkiln.sandbox")
 IDLE_KEPT = 4
@@ -149,7 +149,7 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 class PatternProcesses:
-    """The searcher schema.py uses while it checks a value (``schema.use_searcher``)."""
+    """The searcher a schema check uses (``domain.schema.budget.use_searcher``)."""
 
     def __init__(self) -> None:
         self._idle: list[_Process] = []

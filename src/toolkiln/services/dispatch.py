@@ -19,7 +19,7 @@ from toolkiln.domain.origin import Origin
 from toolkiln.domain.problems import scrub
 from toolkiln.domain.records import BUILTIN_NAMES, Policy
 from toolkiln.domain.results import Result, error, refused
-from toolkiln.domain.schema import compile_validator, input_problems
+from toolkiln.domain.schema.validation import compile_validator, input_problems
 from toolkiln.services.ports import BuiltinTool
 
 log = logging.getLogger("toolkiln.builtins")

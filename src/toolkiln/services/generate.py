@@ -52,7 +52,7 @@ from toolkiln.domain.origin import Budget
 from toolkiln.domain.problems import Problem, problem, scrub_all, text_problems
 from toolkiln.domain.records import AuditRow
 from toolkiln.domain.results import Result
-from toolkiln.domain.schema import schema_to_parameters
+from toolkiln.domain.schema.parameters import schema_to_parameters
 from toolkiln.domain.testcases import check_test_cases
 from toolkiln.domain.tools import Definition, ToolDraft, check_name
 from toolkiln.services.places import Place, Places

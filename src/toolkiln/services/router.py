@@ -32,7 +32,7 @@ from toolkiln.domain.origin import Offer, Origin
 from toolkiln.domain.problems import problem
 from toolkiln.domain.records import Policy
 from toolkiln.domain.results import Result, error, refused
-from toolkiln.domain.schema import InputValidator, compile_validator, input_problems
+from toolkiln.domain.schema.validation import InputValidator, compile_validator, input_problems
 from toolkiln.domain.tools import Tool
 from toolkiln.services import tracing
 from toolkiln.services.dispatch import Builtins
