@@ -12,14 +12,19 @@ BUNDLE := src/toolkiln/web/static/app.js
 CHROMIUM ?= /usr/bin/chromium
 
 .PHONY: install serve test lint bench bench-code-mode clean browser nginx prometheus image \
-	image-base \
-	containers kubectl
+	image-base containers kubectl FORCE
 
 # The sandbox's template builds one C module of its own at install (jail/_spawn.c): a C
 # compiler and the interpreter's headers, from Debian's packages if missing.
 HAS_HEADERS := import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))
 
-$(STAMP): pyproject.toml src/toolkiln/sandbox/jail/_spawn.c
+# The module is built in place, beside its source; the stamp lives in the venv. A clean that
+# keeps the venv (`git clean -fdx -e .venv`) removes the module and keeps the stamp, so the
+# install is redone whenever the module is missing (tests/test_install.py).
+SPAWN ?= src/toolkiln/sandbox/jail/_spawn$(shell $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON)) \
+  -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+
+$(STAMP): pyproject.toml src/toolkiln/sandbox/jail/_spawn.c $(if $(wildcard $(SPAWN)),,FORCE)
 	@command -v cc >/dev/null || { apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev >/dev/null; }
 	@$(PYTHON) -c '$(HAS_HEADERS)' || { apt-get update -qq && \

@@ -29,20 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from toolkiln.sandbox.cgroups import Cgroups, Handle
+from toolkiln.sandbox.exits import ExitInfo, judge, last_words
 from toolkiln.sandbox.jail import protocol
 from toolkiln.sandbox.jail.config import JailConfig
 
 log = logging.getLogger("toolkiln.sandbox")
 TEMPLATE = Path(__file__).parent / "jail" / "template.py"
 
-# Signals tool code cannot send itself: seccomp refuses them in kill/tkill/tgkill and refuses
-# the other ways to pick a signal (timer_create, fcntl F_SETSIG). The kernel's own SIGKILL
-# for RLIMIT_CPU cannot come first either: tools may not change RLIMIT_CPU, and its hard
-# limit is past what any call can use before its deadline (jail/child.py). So a death by
-# one of them that the cgroup's OOM killer does not explain came from outside the sandbox.
-OUTSIDE_SIGNALS = frozenset(
-    {signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT}
-)
 BACKOFF_FIRST_S, BACKOFF_MAX_S = 0.05, 5.0
 READER_JOIN_S = 5.0
 
@@ -90,23 +83,6 @@ class WarmChild:
             os.close(self.pidfd)
 
 
-@dataclass(slots=True)
-class ExitInfo:
-    """How a child ended, as the template saw it, and what the host makes of it."""
-
-    code: int | None
-    signal: int | None
-    oom: bool
-    outside: str | None = None  # set when the death is not the tool's doing (infra_error)
-
-
-def judge(code: int | None, sig: int | None, oom: bool) -> ExitInfo:
-    info = ExitInfo(code, sig, oom)
-    if sig in OUTSIDE_SIGNALS and not oom:
-        info.outside = f"the sandbox process was killed by {signal.Signals(sig).name} from outside"
-    return info
-
-
 class _Generation:
     """One started template process: its control socket and what it reported at start."""
 
@@ -123,7 +99,8 @@ class _Generation:
             env={},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            # Read only if it dies before its hello: then its last words say why.
+            stderr=subprocess.PIPE,
             start_new_session=True,
         )
         child.close()
@@ -136,9 +113,19 @@ class _Generation:
         self.ctl.settimeout(None)
         hello = json.loads(raw) if raw else {}
         self.layers: dict[str, Any] = hello.get("layers", {})
-        self.problems = list(hello.get("problems", ["the template exited during set-up"]))
+        self.problems = (
+            list(hello["problems"]) if "problems" in hello else [last_words(self.proc.stderr)]
+        )
+        # Never read again: the template and its children write to a closed pipe (EPIPE),
+        # so no child can fill it and hold another's write.
+        self._close_stderr()
         for note in hello.get("notes", [])[:8]:
             log.warning("sandbox template (generation %d): %s", number, str(note)[:500])
+
+    def _close_stderr(self) -> None:
+        if self.proc.stderr is not None:
+            with contextlib.suppress(OSError):
+                self.proc.stderr.close()
 
     def request(self, n: int) -> None:
         with contextlib.suppress(OSError):
@@ -152,6 +139,7 @@ class _Generation:
             self.proc.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=5)
+        self._close_stderr()
         self.ctl.close()
 
 

@@ -418,7 +418,7 @@ class Sandbox:
         if info.oom or (info.signal == signal.SIGKILL and member.shared_oom()):
             # A nested run's process killed by its call's shared cap: its own slot saw no OOM.
             return RunOutcome("memory")
-        if info.outside:  # not the tool's doing (pool.judge): not counted against it
+        if info.outside:  # not the tool's doing (exits.judge): not counted against it
             return RunOutcome("infra", message=info.outside)
         if info.signal == signal.SIGSYS:
             return RunOutcome("violation", details={"signal": "SIGSYS"})

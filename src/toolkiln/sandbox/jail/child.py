@@ -22,7 +22,7 @@ def limits(cfg: JailConfig) -> list[tuple[int, int, int]]:
     cpu = cfg.worker_cpu_s or cfg.max_cpu_s
     # A backstop: the host's clock ends each call. Tool code may not change RLIMIT_CPU
     # (seccomp), and the hard limit's SIGKILL must never come before the host's deadline, or
-    # it would look like a kill from outside (pool.OUTSIDE_SIGNALS): every CPU busy for the
+    # it would look like a kill from outside (exits.OUTSIDE_SIGNALS): every CPU busy for the
     # longest call, and a margin. (The host cannot lower it per call: prlimit on another
     # uid's process needs CAP_SYS_RESOURCE, which the reference host's root lacks.)
     hard = cpu * len(os.sched_getaffinity(0)) + 2

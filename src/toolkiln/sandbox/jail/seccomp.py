@@ -128,7 +128,7 @@ SYS = {
 RLIMIT_CPU = 0
 
 # Signals a tool may not send itself, so that a death by one of them tells the host it came
-# from outside (toolkiln.sandbox.pool.OUTSIDE_SIGNALS): SIGHUP, SIGINT, SIGQUIT, SIGKILL, SIGTERM.
+# from outside (toolkiln.sandbox.exits.OUTSIDE_SIGNALS): SIGHUP, SIGINT, SIGQUIT, SIGKILL, SIGTERM.
 OUTSIDE_SIGNALS = [1, 2, 3, 9, 15]
 F_SETSIG = 10
 # futex commands CPython and V8 use; the priority-inheritance ones (LOCK_PI, UNLOCK_PI,

@@ -403,6 +403,11 @@ def main() -> None:
     global _mini_racer, jsrunner
     cfg = JailConfig.from_json(sys.argv[1])
     ctl = socket.socket(fileno=int(sys.argv[2]))
+    # Descriptor 2 is the host's pipe until the hello: what set-up writes there (a failed
+    # import, say) tells the host why it ended. From the hello on it is /dev/null, so that
+    # nothing the template or a child writes there waits for a reader
+    # (tests/sandbox/test_template_start.py).
+    quiet = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
     # What the template was started with names host paths (the repository, the venv, the
     # data directory) and holds its whole configuration; every child would show it to the
     # tool as sys.argv, sys.orig_argv and sys.executable: none of them is kept
@@ -461,6 +466,8 @@ def main() -> None:
     if notes:
         hello["notes"] = notes
     ctl.send(json.dumps(hello).encode())
+    os.dup2(quiet, 2)
+    os.close(quiet)
     if not ok and cfg.strict:
         sys.exit(3)
     own_tmp = bool(state["layers"].get("readonly_root"))
