@@ -78,7 +78,8 @@ def pids_of_uid_range(sb: Sandbox) -> dict[int, int]:
 
 def template_pid1(sb: Sandbox) -> int:
     """The global pid of the template's PID 1 (the outer process only waits for it)."""
-    outer = sb.template._gen.proc.pid  # type: ignore[union-attr]
+    outer = sb.template.pid
+    assert outer is not None
     children = Path(f"/proc/{outer}/task/{outer}/children").read_text().split()
     return int(children[0])
 
@@ -99,7 +100,8 @@ def javascript(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
 
 
 def kill_template(sb: Sandbox, which: str) -> None:
-    pid = sb.template._gen.proc.pid if which == "outer" else template_pid1(sb)  # type: ignore[union-attr]
+    pid = sb.template.pid if which == "outer" else template_pid1(sb)
+    assert pid is not None
     os.kill(pid, signal.SIGKILL)
 
 
@@ -126,7 +128,9 @@ def test_the_python_template_for_async_code_heals_on_its_own(python: Sandbox) ->
     assert python.async_template is not None
     lean_before = python.template.health()["template_restarts"]
     before = python.describe()["pool"]["template_restarts"]
-    os.kill(python.async_template._gen.proc.pid, signal.SIGKILL)  # type: ignore[union-attr]
+    pid = python.async_template.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
     until(lambda: "died" in (python.describe()["pool"]["reason"] or ""), "the death to be seen")
     lean, said = run(python, PY_OK), run(python, py_async)
     assert (lean.kind, lean.value, said.kind, said.value) == ("return", "fine") * 2, said.message
@@ -147,8 +151,7 @@ def test_killed_warm_children_are_never_handed_out(python: Sandbox) -> None:
 
 def kill_all(sb: Sandbox) -> int:
     """SIGKILL every idle process of the pool from outside, and wait until they are dead."""
-    with sb.template._cond:
-        idle = list(sb.template._ready)
+    idle = sb.template.idle()
     for child in idle:
         os.kill(child.global_pid, signal.SIGKILL)
     until(lambda: not any(c.alive() for c in idle), "the killed to be dead")
@@ -226,8 +229,7 @@ def test_a_javascript_call_killed_from_outside_is_infra(javascript: Sandbox) -> 
     busy: list[int] = []
 
     def one_busy() -> bool:
-        with javascript.template._cond:
-            idle = {c.global_pid for c in javascript.template._ready}
+        idle = {c.global_pid for c in javascript.template.idle()}
         busy[:] = [p for p in pids_of_uid_range(javascript) if p not in idle]
         return len(busy) == 1
 

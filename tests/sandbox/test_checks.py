@@ -61,7 +61,7 @@ def test_past_its_time_a_checker_is_killed_and_replaced() -> None:
     try:
         slow = checks.analyse("python", FSTRING, "ws-a")
         assert slow.limit == "time" and "took longer than 0.5 s" in slow.problems[0]["message"]
-        assert checks._idle == []  # killed, never kept
+        assert checks.idle() == {}  # killed, never kept
         assert checks.analyse("python", ORDINARY, "ws-a").entrypoint == "main"  # a new one
         assert checks.started >= 2 and checks.over_limit == 1
     finally:
@@ -84,10 +84,10 @@ def test_a_checker_serves_one_workspace_only(pool: CheckerPool) -> None:
     workspace's text can never answer another's."""
     pool.analyse("python", ORDINARY, "ws-owner-a")
     pool.analyse("python", ORDINARY, "ws-owner-b")
-    owners = {c.owner: c.proc.pid for c in pool._idle}
+    owners = {owner: pid for pid, owner in pool.idle().items()}
     assert owners["ws-owner-a"] != owners["ws-owner-b"]
     pool.analyse("python", ORDINARY, "ws-owner-a")
-    assert {c.owner: c.proc.pid for c in pool._idle}["ws-owner-a"] == owners["ws-owner-a"]
+    assert {owner: pid for pid, owner in pool.idle().items()}["ws-owner-a"] == owners["ws-owner-a"]
 
 
 def test_a_workspace_holds_all_checkers_but_one_and_queues_few() -> None:
@@ -173,7 +173,7 @@ def test_an_answer_out_of_the_rules_is_never_used(lie: str) -> None:
         found = checks.analyse("python", ORDINARY, "ws-a")
         assert found.limit == "failed" and found.problems[0]["field"] == "code", found
         assert "checker failed" in found.problems[0]["message"]
-        assert checks._idle == []  # never asked again
+        assert checks.idle() == {}  # never asked again
     finally:
         checks.close()
 
@@ -203,7 +203,7 @@ def test_a_confined_checker_only_computes_and_answers(pool: CheckerPool) -> None
     import subprocess
 
     pool.analyse("python", ORDINARY, "ws-target")
-    target = next(c.proc.pid for c in pool._idle if c.owner == "ws-target")
+    target = next(pid for pid, owner in pool.idle().items() if owner == "ws-target")
     run = subprocess.run(
         [sys.executable, "-I", "-c", CONFINED, str(os.getpid()), str(target)],
         capture_output=True,

@@ -35,9 +35,8 @@ def sandbox(tmp_path: Path) -> Iterator[Sandbox]:
 def _ready_child(pool: Template) -> WarmChild:
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
-        with pool._cond:
-            if pool._ready:
-                return pool._ready[0]
+        if idle := pool.idle():
+            return idle[0]
         time.sleep(0.02)
     raise AssertionError("no warm child")
 

@@ -33,18 +33,18 @@ def test_a_deep_tree_with_files_and_links_is_removed(tmp_path: Path) -> None:
             os.chdir("d")
     finally:
         os.chdir(here)
-    template._remove_tree(str(scratch))
+    template.remove_tree(str(scratch))
     assert not scratch.exists()
     assert (outside / "keep.txt").read_text() == "mine"  # a link is removed, not followed
 
 
 def test_a_missing_or_unreadable_tree_does_not_raise(tmp_path: Path) -> None:
-    template._remove_tree(str(tmp_path / "never-made"))
+    template.remove_tree(str(tmp_path / "never-made"))
     locked = tmp_path / "locked"
     (locked / "inner").mkdir(parents=True)
     os.chmod(locked, 0o000)
     try:
-        template._remove_tree(str(locked))  # as root it goes; else it stays, quietly
+        template.remove_tree(str(locked))  # as root it goes; else it stays, quietly
     finally:
         if locked.exists():
             os.chmod(locked, 0o700)
@@ -70,7 +70,7 @@ def _remove_with_a_swap(
         real_chdir(target)
 
     monkeypatch.setattr(os, "chdir", chdir)
-    template._remove_tree(str(scratch))
+    template.remove_tree(str(scratch))
     monkeypatch.undo()
     assert swapped and (outside / "keep.txt").read_text() == "mine"
 
@@ -92,7 +92,7 @@ def test_a_scratch_replaced_by_a_link_is_not_followed(tmp_path: Path) -> None:
     (outside / "keep.txt").write_text("mine")
     scratch = tmp_path / "60003"
     os.symlink(outside, scratch)
-    template._remove_tree(str(scratch))
+    template.remove_tree(str(scratch))
     assert not os.path.lexists(scratch)
     assert (outside / "keep.txt").read_text() == "mine"
     assert (outside / "sub").is_dir()
@@ -128,8 +128,8 @@ def test_a_uid_root_whose_tmpfs_could_not_be_mounted_again_is_kept(
     cfg = JailConfig("python", (), "", (), scratch_mb=1, scratch_files=16)
     tpl = template.Template(cfg, None, None)  # type: ignore[arg-type]
     try:
-        assert tpl._empty(uid, str(root / "7")) is False  # emptied by the walk
+        assert tpl.empty(uid, str(root / "7")) is False  # emptied by the walk
         assert root.is_dir() and not list(root.iterdir())
-        assert tpl._empty(uid, str(root / "8")) is False  # and the next try mounts again
+        assert tpl.empty(uid, str(root / "8")) is False  # and the next try mounts again
     finally:
         subprocess.run(["rm", "-rf", str(root.parent)], check=False)

@@ -146,7 +146,7 @@ def worker_pids(rt: Runtime) -> set[int]:
 def owned_by(rt: Runtime, workspace_id: str) -> set[int]:
     """Host pids of the idle JavaScript workers that serve ``workspace_id``."""
     js = rt.sandboxes["javascript"]
-    return {c.global_pid for c in list(js.template._ready) if c.owner == workspace_id}
+    return {c.global_pid for c in js.template.idle() if c.owner == workspace_id}
 
 
 def test_a_worker_that_served_one_workspace_never_serves_another(pair: Pair) -> None:
@@ -209,9 +209,8 @@ def test_the_javascript_template_forks_with_one_thread(pair: Pair) -> None:
     thread of its own there, or workers would inherit an engine missing one. (Workers run
     threads of their own once they make isolates; the template never does.)"""
     js = pair.runtime.sandboxes["javascript"]
-    gen = js.template._gen
-    assert gen is not None and gen.alive
-    outer = gen.proc.pid  # waits for the template, PID 1 of the namespaces, its one child
+    outer = js.template.pid  # waits for the template, PID 1 of the namespaces, its one child
+    assert outer is not None
     inner = [int(p) for p in Path(f"/proc/{outer}/task/{outer}/children").read_text().split()]
     assert len(inner) == 1, inner
     assert _threads(outer) == 1 and _threads(inner[0]) == 1

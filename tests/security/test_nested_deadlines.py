@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
-from concurrent.futures import Future
+from pathlib import Path
 
 import pytest
 
@@ -29,21 +29,27 @@ def test_a_nested_run_that_waited_for_an_install_ends_at_its_callers_deadline(
     target: Target, t: Tenant, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = target.runtime.sandboxes["python"].packages
-    install: Future[str | None] = Future()
-    real = store.installed
-    monkeypatch.setattr(store, "installed", lambda spec: False if spec == SPEC else real(spec))
+    installed, fetch, done = store.installed, store.fetch, threading.Event()
+
+    def slow_install(spec: str, staging: Path) -> str | None:
+        if spec != SPEC:
+            return fetch(spec, staging)
+        done.wait(10)  # it ends 1.5 s into the call, having installed nothing
+        return None
+
+    monkeypatch.setattr(store, "installed", lambda spec: spec != SPEC and installed(spec))
+    monkeypatch.setattr(store, "fetch", slow_install)
     t.tool("slow", SLOW, language="python", timeout_ms=2000)
     caller = t.tool("caller", CALLER, language="python", timeout_ms=2000)
-    store._jobs[SPEC] = install  # the install is under way; it ends 1.5 s into the call
+    timer = threading.Timer(1.5, done.set)
     try:
-        threading.Timer(1.5, install.set_result, args=(None,)).start()
+        timer.start()
         started = time.monotonic()
         result = t.invoke(caller)
         took = time.monotonic() - started
     finally:
-        store._jobs.pop(SPEC, None)
-        if not install.done():
-            install.set_result(None)
+        done.set()
+        timer.cancel()
     assert result["status"] == "error" and result["error"]["code"] == "timeout", result["error"]
     assert took < 2.8, f"a 2 s call took {took:.1f} s: its nested run had its own 2 s after"
     target.assert_contained()

@@ -4,9 +4,9 @@ Real pip and npm installs into stores of these tests' own (docs/security.md, "Pa
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
@@ -146,7 +146,7 @@ def test_a_forged_missing_package_report_installs_nothing_and_reruns_nothing(
     assert link.audits == ["ran"]  # the tool ran once
     assert not (python.packages.root / "numpy").exists()
     assert not (python.packages.root / "regex").exists()
-    assert python.packages._jobs == {}
+    assert python.packages.installing() == []
 
 
 def test_a_computed_import_of_a_listed_package_is_the_tools_error(python: Sandbox) -> None:
@@ -163,9 +163,16 @@ def test_a_computed_import_of_a_listed_package_is_the_tools_error(python: Sandbo
 
 def test_an_install_in_progress_holds_up_only_the_calls_that_need_it(tmp_path: Path) -> None:
     store = PackageStore(tmp_path / "pkgs")
+    pip, release = store.fetch, threading.Event()
+
+    def numpy_never_ends(spec: str, staging: Path) -> str | None:
+        if spec == "numpy==2.3.5":  # its install is under way until the test ends
+            release.wait()
+            return "the test is over"
+        return pip(spec, staging)
+
+    store.fetch = numpy_never_ends
     sb = python_sandbox(store, warm=2, name="pkgs-slow")
-    pending: Future[str | None] = Future()
-    store._jobs["numpy==2.3.5"] = pending  # numpy's install is under way (it never ends here)
     try:
         needs_numpy = "def handle(i, c):\n    import numpy\n    return 1"
         out = run(sb, needs_numpy, timeout_ms=1000)
@@ -175,9 +182,9 @@ def test_an_install_in_progress_holds_up_only_the_calls_that_need_it(tmp_path: P
         other = "def handle(i, c):\n    import regex\n    return bool(regex.match(r'\\p{L}', 'a'))"
         out = run(sb, other)
         assert out.kind == "return" and out.value is True, (out.kind, out.message)
-        assert not pending.done()
+        assert store.installing() == ["numpy==2.3.5"]
     finally:
-        store._jobs.pop("numpy==2.3.5", None)
+        release.set()
         sb.close()
 
 
@@ -189,15 +196,21 @@ def test_a_failed_install_is_infra_and_not_retried_by_every_call(
     monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "no-wheels"))
     (tmp_path / "no-wheels").mkdir()
     store = PackageStore(tmp_path / "pkgs")
+    pip, fetched = store.fetch, []
+
+    def counted(spec: str, staging: Path) -> str | None:
+        fetched.append(spec)
+        return pip(spec, staging)
+
+    store.fetch = counted
     sb = python_sandbox(store, warm=1, name="pkgs-fail")
     try:
         code = "def handle(i, c):\n    import pytz\n    return 1"
         first = run(sb, code, timeout_ms=20000)
         assert first.kind == "infra" and "pip failed installing pytz" in first.message, first
-        failed_at = store._failed["pytz==2025.2"]
         outs = [run(sb, code, timeout_ms=2000) for _ in range(2)]
         assert [o.kind for o in outs] == ["infra"] * 2
-        assert store._failed["pytz==2025.2"] is failed_at  # answered from memory: no new pip
+        assert fetched == ["pytz==2025.2"]  # the later calls were answered from memory
     finally:
         sb.close()
 

@@ -22,14 +22,14 @@ def test_a_late_answer_is_an_outage_and_its_connection_is_dropped(
     db = Database(postgres_url, pool_size=1)
     try:
         with db.transaction(readonly=True) as tx:
-            slow_pid = tx.tools._c.exec_driver_sql("SELECT pg_backend_pid()").scalar()
+            slow_pid = tx.connection.exec_driver_sql("SELECT pg_backend_pid()").scalar()
         started = time.monotonic()
         with pytest.raises(ServiceUnavailable):
             with db.transaction(readonly=True) as tx:
-                tx.tools._c.exec_driver_sql("SELECT pg_sleep(5)")
+                tx.connection.exec_driver_sql("SELECT pg_sleep(5)")
         assert time.monotonic() - started < 4
         with db.transaction(readonly=True) as tx:  # works, on a connection of its own
-            assert tx.tools._c.exec_driver_sql("SELECT pg_backend_pid()").scalar() != slow_pid
+            assert tx.connection.exec_driver_sql("SELECT pg_backend_pid()").scalar() != slow_pid
         assert db.problem() is None
 
         with database._unbounded(), db.engine.connect() as conn:  # as migrations run

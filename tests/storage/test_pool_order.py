@@ -7,10 +7,11 @@ from __future__ import annotations
 import contextlib
 
 from toolkiln.app import Runtime
+from toolkiln.storage.repos import SqlUnitOfWork
 
 
-def _driver_connection(tx: object) -> object:
-    conn = tx.tools._c  # type: ignore[attr-defined]
+def _driver_connection(tx: SqlUnitOfWork) -> object:
+    conn = tx.connection
     return conn.connection.dbapi_connection
 
 

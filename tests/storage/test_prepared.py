@@ -197,7 +197,7 @@ def test_a_connection_lost_mid_statement_is_an_outage_and_the_pool_heals(
     admin_url = PG_URL.replace("postgresql+psycopg://", "postgresql://")
     with pytest.raises(ServiceUnavailable):
         with runtime.database.transaction() as tx:
-            conn = tx.tools._c
+            conn = tx.connection
             pid = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar()
             with psycopg.connect(admin_url, autocommit=True) as other:
                 other.execute("SELECT pg_terminate_backend(%s)", (pid,))
@@ -223,7 +223,7 @@ def test_a_connection_dropped_while_idle_is_replaced_before_use(
 
     def backend() -> int:
         with db.transaction(readonly=True) as tx:
-            return int(tx.tools._c.exec_driver_sql("SELECT pg_backend_pid()").scalar())
+            return int(tx.connection.exec_driver_sql("SELECT pg_backend_pid()").scalar())
 
     def drop(pid: int) -> None:
         with psycopg.connect(url, autocommit=True) as other:
@@ -263,18 +263,18 @@ def test_a_unit_whose_connection_is_lost_answers_without_connecting_again(
     sa.event.listen(db.engine, "connect", counted)
     try:
         with db.transaction(readonly=True) as tx:
-            tx.tools._c.exec_driver_sql("SELECT 1")
+            tx.connection.exec_driver_sql("SELECT 1")
         assert connects == 1
         with pytest.raises(ServiceUnavailable):
             with db.transaction(readonly=True, one_statement=one_statement) as tx:
-                conn = tx.tools._c
+                conn = tx.connection
                 pid = int(conn.connection.dbapi_connection.info.backend_pid)
                 with psycopg.connect(url, autocommit=True) as other:
                     other.execute("SELECT pg_terminate_backend(%s)", (pid,))
                 conn.exec_driver_sql("SELECT 1")
         assert connects == 1  # none made on the way out
         with db.transaction(readonly=True) as tx:  # the next unit connects anew
-            assert tx.tools._c.exec_driver_sql("SELECT 1").scalar() == 1
+            assert tx.connection.exec_driver_sql("SELECT 1").scalar() == 1
         assert connects == 2
     finally:
         db.dispose()
@@ -317,9 +317,9 @@ def test_a_one_statement_read_runs_without_a_transaction_on_postgresql(
     tool_id = _tool(runtime, ws)
     db = runtime.database
     with db.transaction() as tx:
-        tx.tools._c.execute(tools.update().where(tools.c.id == tool_id).values(status="disabled"))
+        tx.connection.execute(tools.update().where(tools.c.id == tool_id).values(status="disabled"))
     with db.transaction(readonly=True, one_statement=True) as tx:
-        dbapi = tx.tools._c.connection.dbapi_connection
+        dbapi = tx.connection.connection.dbapi_connection
         assert tx.tools.status(tool_id) == "disabled"  # the statement _active runs
         if backend == "postgresql":
             assert dbapi.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
@@ -330,13 +330,13 @@ def test_a_one_statement_read_runs_without_a_transaction_on_postgresql(
     assert dbapi.autocommit is False  # reset when it went back to the pool
     with pytest.raises(LookupError):
         with db.transaction(readonly=True, one_statement=True) as tx:
-            dbapi = tx.tools._c.connection.dbapi_connection
+            dbapi = tx.connection.connection.dbapi_connection
             assert dbapi.autocommit is True
             raise LookupError("the caller's own error")
     assert dbapi.autocommit is False  # reset on the way out of an error too
     with db.transaction(readonly=True) as tx:
         assert tx.tools.status(tool_id) == "disabled"
-        again = tx.tools._c.connection.dbapi_connection
+        again = tx.connection.connection.dbapi_connection
         assert again.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
     # A connection pinged at its checkout (idle for PING_IDLE_S) reads so too.
     pings = 0
@@ -352,7 +352,7 @@ def test_a_one_statement_read_runs_without_a_transaction_on_postgresql(
     with db.transaction(readonly=True, one_statement=True) as tx:
         assert pings == 1
         assert tx.tools.status(tool_id) == "disabled"
-        pinged = tx.tools._c.connection.dbapi_connection
+        pinged = tx.connection.connection.dbapi_connection
         assert pinged.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
 
 
@@ -368,12 +368,12 @@ def test_a_one_statement_unit_refuses_a_second_statement(runtime: Runtime, ws: s
             tx.tools.status(tool_id)
     with pytest.raises(RuntimeError, match="second statement"):
         with db.transaction(readonly=True, one_statement=True) as tx:
-            tx.tools._c.execute(sa.select(tools.c.name).where(tools.c.id == tool_id))
+            tx.connection.execute(sa.select(tools.c.name).where(tools.c.id == tool_id))
             tx.tools.status(tool_id)
     with pytest.raises(RuntimeError, match="second statement"):
         with db.transaction(readonly=True, one_statement=True) as tx:
             tx.tools.status(tool_id)
-            tx.tools._c.execute(sa.select(tools.c.name).where(tools.c.id == tool_id))
+            tx.connection.execute(sa.select(tools.c.name).where(tools.c.id == tool_id))
     with pytest.raises(ValueError, match="for a read"):
         with db.transaction(one_statement=True):
             pass

@@ -307,6 +307,11 @@ class CheckerPool:
         if checker is not None:
             checker.kill()
 
+    def idle(self) -> dict[int, str | None]:
+        """The idle checkers, oldest first: each one's process id and the workspace it serves."""
+        with self._lock:
+            return {c.proc.pid: c.owner for c in self._idle}
+
     def pids(self) -> list[int]:
         """The live checkers' process ids (spares and idle ones)."""
         with self._lock:

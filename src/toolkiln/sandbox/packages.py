@@ -22,7 +22,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
@@ -64,6 +64,10 @@ class PackageStore:
         self._guard = threading.Lock()  # held only for bookkeeping, never during an install
         self._jobs: dict[str, Future[str | None]] = {}
         self._failed: dict[str, tuple[float, str]] = {}
+        # How one distribution gets into a staging directory (``spec, staging -> problem or
+        # None``): the store's installer, pip or npm; tests put one in front that waits,
+        # fails or counts.
+        self.fetch: Callable[[str, Path], str | None] = self._fetch
         _readable(self.root)
 
     # --- what the runtimes call
@@ -128,6 +132,11 @@ class PackageStore:
         """Start installing every listed package that is missing (e.g. at start-up)."""
         self.prepare(self.listed)
 
+    def installing(self) -> list[str]:
+        """The distributions whose install is under way."""
+        with self._guard:
+            return sorted(self._jobs)
+
     def installed(self, spec: str) -> bool:
         name, _, version = spec.partition("==")
         wanted = f"{_canonical(name)}-{version}.dist-info"
@@ -150,7 +159,7 @@ class PackageStore:
             if self.installed(spec):
                 return None
             with tempfile.TemporaryDirectory(prefix=".staging-", dir=self.root) as staging:
-                problem = self._fetch(spec, Path(staging))
+                problem = self.fetch(spec, Path(staging))
                 if problem is None:
                     _readable(Path(staging))
                     self._move_in(Path(staging))

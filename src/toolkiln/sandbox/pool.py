@@ -362,10 +362,20 @@ class Template:
         gen = self._gen
         return gen is not None and gen.alive and gen.proc.poll() is None
 
+    @property
+    def pid(self) -> int | None:
+        """The running template's process (its PID 1 is that process's one child), if any."""
+        gen = self._gen
+        return gen.proc.pid if gen is not None and gen.alive else None
+
+    def idle(self) -> list[WarmChild]:
+        """The warm children waiting to be taken, oldest first: a copy."""
+        with self._cond:
+            return list(self._ready)
+
     def health(self) -> dict[str, Any]:
         """For /healthz: whether the pool is degraded, why, and what it has healed."""
-        with self._cond:
-            ready = len(self._ready)
+        ready = len(self.idle())
         degraded = self._degraded
         if degraded is None and not self.alive:
             degraded = "the sandbox template is not running"

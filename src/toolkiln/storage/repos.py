@@ -574,9 +574,11 @@ class SqlAgents:
 
 
 class SqlUnitOfWork:
-    """The repositories of one transaction."""
+    """The repositories of one transaction, and its connection (SQLAlchemy's, for what the
+    repositories do not say: storage's own tests reach the driver and the server through it)."""
 
     def __init__(self, conn: Connection) -> None:
+        self.connection = conn
         self.workspaces = SqlWorkspaces(conn)
         self.tokens = SqlTokens(conn)
         self.tools = SqlTools(conn)

@@ -236,7 +236,7 @@ class Template:
             spawn=protocol.SPAWN,
             stop=protocol.STOP,
             prepare=_plain_scratch,
-            empty=self._empty if self.own_tmp else _remove_plain,
+            empty=self.empty if self.own_tmp else _remove_plain,
         )
         if made is not None:
             self._child(*made)
@@ -255,7 +255,7 @@ class Template:
         finally:
             os._exit(70)
 
-    def _empty(self, uid: int, scratch: str) -> bool:
+    def empty(self, uid: int, scratch: str) -> bool:
         """Nothing of a reaped child stays in its uid's tmpfs. Most tools leave no file:
         _spawn.c's one rmdir. Else (here) the tmpfs is detached and a new one mounted in its
         place (~0.5 ms, and the kernel frees what it held: at most its cap of files, ~20 ms
@@ -272,7 +272,7 @@ class Template:
             return False
         except OSError:
             pass
-        _remove_tree(root)  # no tmpfs there now: the walk may remove root itself
+        remove_tree(root)  # no tmpfs there now: the walk may remove root itself
         try:
             _uid_root(root)
             return bool(os.listdir(root))
@@ -290,13 +290,13 @@ def _uid_root(root: str) -> None:
 def _remove_plain(uid: int, scratch: str) -> bool:
     """Insecure mode: a reaped child's directory in the host's /tmp goes; whether anything
     of it stays (a walk that stopped: the uid then serves no call until it is gone)."""
-    _remove_tree(scratch)
+    remove_tree(scratch)
     return os.path.lexists(scratch)
 
 
 def _plain_scratch(uid: int, path: str) -> None:
     """Insecure mode without a mount namespace: a directory in the host's /tmp, no caps."""
-    _remove_tree(path)
+    remove_tree(path)
     os.mkdir(path, 0o700)
     if os.geteuid() == 0:
         os.chown(path, uid, uid)
@@ -310,7 +310,7 @@ def _here() -> tuple[int, int]:
     return st.st_dev, st.st_ino
 
 
-def _remove_tree(path: str) -> None:
+def remove_tree(path: str) -> None:
     """Remove what is under ``path`` (and ``path`` itself unless it is a mount point),
     without recursion and without raising: whatever a child left, however deep (past
     PATH_MAX too: it walks with chdir and names, never long paths), ends no template. Links
