@@ -25,7 +25,6 @@ from toolkiln.config import Settings
 from toolkiln.domain.analysis import Analysis
 from toolkiln.domain.errors import ServiceUnavailable
 from toolkiln.domain.opaque import KEY_BYTES, Positions
-from toolkiln.domain.schema.budget import use_searcher
 from toolkiln.mcp_server.http import McpHttp
 from toolkiln.runners.analyser import RemoteAnalyser
 from toolkiln.runners.fleet import Fleet, RemoteRunner
@@ -144,7 +143,6 @@ def build(
     _keep_out_of_logs(settings)
     telemetry.configure(record_io=settings.trace_tool_io)  # off without OTEL_* settings
     settings.ensure_data_dir()
-    use_searcher(patterns.shared())  # a tool's regular expressions, out of the service's way
     database = Database(settings.resolved_database_url(), pool_size=settings.db_pool_size)
     if migrate and (revision := database.migrate()):
         log.info("migrated the database to revision %s", revision)
@@ -178,14 +176,21 @@ def build(
         )
     )
     secrets_ = SecretService(uow, ring_for(settings.secrets_key_list(), settings.data_dir))
+    searcher = patterns.shared()  # a tool's regular expressions, out of the service's way
     router = Router(
-        uow, Builtins(_builtins(settings, uow, files, secrets_)), runs, analyser, places, observer
+        uow,
+        Builtins(_builtins(settings, uow, files, secrets_)),
+        runs,
+        analyser,
+        places,
+        observer,
+        searcher=searcher,
     )
     drafts = DraftRunner(router, runs)  # test runs and test cases: uncounted runs of a draft
     positions = Positions(_positions_key(database))
     audit = AuditService(uow, positions)
     cases = CaseRunner(drafts.run, places=places)
-    tools = ToolService(uow, analyser, cases, runs.prepare, positions=positions)
+    tools = ToolService(uow, analyser, cases, runs.prepare, positions=positions, searcher=searcher)
     invoke = InvokeService(uow, router, tools, drafts, audit, places)
     background = Supervisor()
     system = SystemService(

@@ -133,7 +133,7 @@ def _near(draw: st.DrawFn, value: Any, depth: int = 0) -> Any:
 @pytest.mark.parametrize("name", sorted(SCHEMAS))
 def test_every_shared_keyword_schema_is_answered_fast(name: str) -> None:
     """Else the promise below would hold trivially (jsonschema alone)."""
-    validator = compile_validator(SCHEMAS[name])
+    validator = compile_validator(SCHEMAS[name], None)
     assert validator.fast
     assert validator.surely_valid(SEEDS[name]) and validator.reference.is_valid(SEEDS[name])
 
@@ -144,7 +144,7 @@ def test_every_shared_keyword_schema_is_answered_fast(name: str) -> None:
 def test_a_value_is_valid_fast_only_if_jsonschema_finds_it_valid(name: str, data: Any) -> None:
     schema = SCHEMAS[name]
     value = data.draw(_near(SEEDS[name]))
-    validator = compile_validator(schema)
+    validator = compile_validator(schema, None)
     reference = validator.reference.is_valid(value)
     if validator.surely_valid(value):
         assert reference, value
@@ -179,7 +179,7 @@ def _one_change(value: Any) -> list[Any]:
 
 @pytest.mark.parametrize("name", sorted(SCHEMAS))
 def test_every_one_change_of_a_valid_value_is_judged_alike(name: str) -> None:
-    validator = compile_validator(SCHEMAS[name])
+    validator = compile_validator(SCHEMAS[name], None)
     values = _one_change(SEEDS[name])
     fast = [validator.surely_valid(v) for v in values]
     assert any(fast) and not all(fast)  # both answers occur: the equality below is tested
@@ -242,7 +242,7 @@ def _numbers_past_2_53(value: Any) -> str:
     ],
 )
 def test_keywords_read_differently_are_jsonschemas_alone(schema: dict, value: Any) -> None:
-    validator = compile_validator(schema)
+    validator = compile_validator(schema, None)
     assert not validator.fast
     assert input_problems(validator, value)
 
@@ -262,7 +262,7 @@ def test_a_value_with_numbers_past_2_53_is_jsonschemas_alone(value: Any, valid: 
         "type": "object",
         "properties": {"n": {"maximum": 100}, "ids": {"type": "array", "uniqueItems": True}},
     }
-    validator = compile_validator(schema)
+    validator = compile_validator(schema, None)
     assert validator.fast  # the schema is shared; the value is not
     assert not validator.surely_valid(value)
     assert (input_problems(validator, value) == []) is valid
@@ -270,7 +270,7 @@ def test_a_value_with_numbers_past_2_53_is_jsonschemas_alone(value: Any, valid: 
 
 def test_text_that_is_not_storable_is_refused_before_either_library() -> None:
     """jsonschema-rs finds a lone surrogate a valid string; the input is refused anyway."""
-    validator = compile_validator({"type": "object", "properties": {"p": {"type": "string"}}})
+    validator = compile_validator({"type": "object", "properties": {"p": {"type": "string"}}}, None)
     assert validator.fast
     problems = input_problems(validator, {"p": "\ud800"})
     assert [p["field"] for p in problems] == ["input.p"]

@@ -32,7 +32,7 @@ from jsonschema import Draft202012Validator
 from tests.security.conftest import Target
 from tests.security.tenants import tenant
 from toolkiln.domain.schema import budget
-from toolkiln.domain.schema.budget import PATTERN_MESSAGE, use_searcher
+from toolkiln.domain.schema.budget import PATTERN_MESSAGE
 from toolkiln.domain.schema.saving import check_schema
 from toolkiln.domain.schema.validation import compile_validator, input_problems
 from toolkiln.sandbox import patterns
@@ -89,7 +89,6 @@ def _draft(workspace_id: str, name: str, extra: dict[str, Any], **more: Any) -> 
 @pytest.fixture
 def searcher() -> Any:
     """The service's searcher, for the tests that check values in this process."""
-    use_searcher(patterns.shared())
     yield patterns.shared()
 
 
@@ -181,7 +180,7 @@ def test_other_threads_run_while_a_pattern_backtracks(
 ) -> None:
     """In-process: a thread that notes the time in a loop while another checks the attack's
     value runs in the middle of the search (under ``re`` it ran before and after it only)."""
-    validator = compile_validator(_schema(SHAPES[0][1]))
+    validator = compile_validator(_schema(SHAPES[0][1]), searcher)
     searches = _Searches(monkeypatch)
     finished = threading.Event()
     out: list[Any] = []
@@ -239,7 +238,7 @@ def test_dollar_is_the_end_of_the_text(pattern: str, texts: dict[str, bool], sea
         _schema({"patternProperties": {pattern: {}}, "additionalProperties": False}),
     ]
     for i, schema in enumerate(schemas):
-        validator = compile_validator(schema)
+        validator = compile_validator(schema, searcher)
         for text, valid in texts.items():
             value = {"x": text} if i == 0 else {text: 1}
             assert (input_problems(validator, value) == []) == valid, (pattern, text)
@@ -252,7 +251,7 @@ def test_patterns_judge_exactly_as_re_does(pattern: str, texts: list[str], searc
         _schema({"patternProperties": {pattern: {}}, "additionalProperties": False}),
     ]
     for i, schema in enumerate(schemas):
-        validator = compile_validator(schema)
+        validator = compile_validator(schema, searcher)
         reference = Draft202012Validator(schema)  # jsonschema on Python's re, in this thread
         for text in texts:
             value = {"x": text} if i == 0 else {text: 1}
@@ -305,7 +304,7 @@ def test_jsonschema_for_other_users_searches_with_re() -> None:
     the process (the MCP SDK's) searches as jsonschema does."""
     schema = {"properties": {"x": {"pattern": "^[a-z]+$"}}}
     assert Draft202012Validator(schema).is_valid({"x": "abc\n"})  # re's $, not ECMA-262's
-    assert input_problems(compile_validator(schema), {"x": "abc\n"}) != []
+    assert input_problems(compile_validator(schema, None), {"x": "abc\n"}) != []
 
 
 def test_a_pattern_re_cannot_compile_is_refused_on_save(target: Target) -> None:
@@ -317,7 +316,7 @@ def test_a_pattern_re_cannot_compile_is_refused_on_save(target: Target) -> None:
         ({"patternProperties": {"b{4294967296}": {}}}, "input_schema.patternProperties"),
         ({"patternProperties": {"b": {}, "(?x)a": {}}}, "input_schema.patternProperties"),
     ]:  # fmt: skip
-        problems = check_schema(_schema(extra))
+        problems = check_schema(_schema(extra), searcher=patterns.shared())
         assert [p["field"] for p in problems] == [field], problems
         r = target.client.post(
             "/v1/custom-tools",
@@ -350,7 +349,7 @@ def test_a_stored_pattern_that_cannot_be_used_refuses_inputs(target: Target) -> 
 
 
 def test_format_regex_on_a_callers_text(searcher: Any) -> None:
-    validator = compile_validator(_schema({"properties": {"r": {"format": "regex"}}}))
+    validator = compile_validator(_schema({"properties": {"r": {"format": "regex"}}}), searcher)
     assert input_problems(validator, {"r": "^a+$"}) == []
     for text in ["(unclosed", "a{4294967296}", "(" * 5000 + ")" * 5000]:
         found = input_problems(validator, {"r": text})
@@ -413,7 +412,7 @@ def test_a_burst_of_valid_values_is_not_refused_for_time(searcher: Any) -> None:
     """Starting processes is not the values' time: 30 values checked at once, each with a
     pattern, are all judged (more than RUNNING wait for a free process)."""
     patterns.shared().close_idle()
-    validator = compile_validator(_schema({"properties": {"x": {"pattern": "^a+$"}}}))
+    validator = compile_validator(_schema({"properties": {"x": {"pattern": "^a+$"}}}), searcher)
     results: list[Any] = []
     threads = [
         threading.Thread(target=lambda: results.append(input_problems(validator, {"x": "aaa"})))

@@ -15,6 +15,7 @@ from toolkiln.domain.errors import Conflict
 from toolkiln.domain.origin import Budget
 from toolkiln.domain.results import Result
 from toolkiln.domain.tools import ToolDraft
+from toolkiln.sandbox import patterns
 from toolkiln.services.testcases import CaseRunner
 from toolkiln.services.tools import ToolService
 
@@ -47,6 +48,7 @@ def racing(runtime: Runtime, space: Space, name: str, meanwhile: dict[str, Any])
         runtime.services.router.analyser,
         CaseRunner(run_and_interfere),
         positions=runtime.services.audit.positions,
+        searcher=patterns.shared(),
     )
     return who, tool, service
 

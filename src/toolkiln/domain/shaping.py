@@ -142,8 +142,8 @@ INTERACTIVE_SCHEMA: dict[str, Any] = {
     ]
 }
 
-_RENDER = compile_validator(RENDER_SCHEMA)
-_INTERACTIVE = compile_validator(INTERACTIVE_SCHEMA)
+_RENDER = compile_validator(RENDER_SCHEMA, None)  # the service's own patterns
+_INTERACTIVE = compile_validator(INTERACTIVE_SCHEMA, None)
 
 
 def shaping_problems(value: dict[str, Any]) -> list[dict[str, Any]]:

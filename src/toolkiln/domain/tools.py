@@ -12,6 +12,7 @@ from toolkiln.domain import limits
 from toolkiln.domain.analysis import Analysis
 from toolkiln.domain.egress import check_rules
 from toolkiln.domain.problems import Problem, problem, text_problems
+from toolkiln.domain.schema.budget import Searcher
 from toolkiln.domain.schema.parameters import EMPTY_SCHEMA, parameters_to_schema
 from toolkiln.domain.schema.saving import check_schema
 from toolkiln.domain.testcases import DEFAULT_CALLERS, check_callers, check_test_cases
@@ -148,11 +149,12 @@ def check_name(name: str) -> list[Problem]:
 
 
 def validate_draft(
-    draft: ToolDraft, max_timeout_ms: int, analysis: Analysis
+    draft: ToolDraft, max_timeout_ms: int, analysis: Analysis, searcher: Searcher | None
 ) -> tuple[Definition, list[Problem]]:
     """Every problem of a draft at once, and the definition it stands for: its input schema
     in JSON Schema form, its test cases as checked. ``analysis``: of the draft's language and
-    code (a ``CodeAnalyser``'s answer), whose problems are the language's and the code's."""
+    code (a ``CodeAnalyser``'s answer), whose problems are the language's and the code's.
+    ``searcher``: where the schema's own patterns are compiled (domain/schema/budget.py)."""
     d = draft.definition
     problems = check_name(draft.name)
     if len(d.description) > limits.MAX_DESCRIPTION_CHARS:
@@ -178,14 +180,16 @@ def validate_draft(
     problems += check_test_cases(d.test_cases)[1]
     problems += check_callers(d.allowed_callers)
     problems += check_rules(d.egress)
-    schema, schema_problems = _schema_of(draft)
+    schema, field, schema_problems = _schema_of(draft)
+    if field is not None:
+        schema_problems = check_schema(schema, field, searcher=searcher)
     return _definition(draft, schema), problems + schema_problems
 
 
 def definition_of(draft: ToolDraft) -> Definition:
     """The definition a valid draft stands for: its input schema in JSON Schema form, its
     test cases as checked."""
-    return _definition(draft, _schema_of(draft)[0])
+    return _definition(draft, _schema_of(draft)[0])  # checked when it was validated
 
 
 def _definition(draft: ToolDraft, schema: dict[str, Any]) -> Definition:
@@ -199,16 +203,18 @@ def _definition(draft: ToolDraft, schema: dict[str, Any]) -> Definition:
     )
 
 
-def _schema_of(draft: ToolDraft) -> tuple[dict[str, Any], list[Problem]]:
+def _schema_of(draft: ToolDraft) -> tuple[dict[str, Any], str | None, list[Problem]]:
+    """The draft's input schema; the field it was given as, when it is still to be checked
+    (``check_schema``); and the problems found making it."""
     given = draft.definition.input_schema
     if draft.parameters is not None and draft.schema_given:
         msg = "give either parameters or input_schema, not both"
-        return _empty_schema(), [problem("input_schema", msg)]
+        return _empty_schema(), None, [problem("input_schema", msg)]
     if draft.schema_given:
-        return given, check_schema(given)
+        return given, "input_schema", []
     if draft.parameters is not None:
         schema, problems = parameters_to_schema(draft.parameters)
         if problems:
-            return _empty_schema(), problems
-        return schema, check_schema(schema, "parameters")
-    return _empty_schema(), []
+            return _empty_schema(), None, problems
+        return schema, "parameters", []
+    return _empty_schema(), None, []

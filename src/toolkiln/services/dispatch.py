@@ -59,7 +59,10 @@ class Builtins:
                 raise ValueError(f"built-in {name!r} is unknown to the policy or given twice")
             builtins[name] = tool
         self._builtins = builtins
-        self._validators = {n: compile_validator(t.spec.input_schema) for n, t in builtins.items()}
+        # The built-ins' schemas are the service's own: their patterns are searched by re.
+        self._validators = {
+            n: compile_validator(t.spec.input_schema, None) for n, t in builtins.items()
+        }
 
     def specs(self) -> list[BuiltinSpec]:
         return [self._builtins[n].spec for n in sorted(self._builtins)]

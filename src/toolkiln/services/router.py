@@ -32,6 +32,7 @@ from toolkiln.domain.origin import Offer, Origin
 from toolkiln.domain.problems import problem
 from toolkiln.domain.records import Policy
 from toolkiln.domain.results import Result, error, refused
+from toolkiln.domain.schema.budget import Searcher
 from toolkiln.domain.schema.validation import InputValidator, compile_validator, input_problems
 from toolkiln.domain.tools import Tool
 from toolkiln.services import tracing
@@ -63,9 +64,14 @@ class Router:
         analyser: CodeAnalyser,
         places: Places | None = None,
         observer: CallObserver | None = None,
+        *,
+        searcher: Searcher | None,
     ) -> None:
+        """``searcher``: where a tool's input schema's patterns are searched against a value
+        (domain/schema/budget.py)."""
         self._uow = uow
         self._observer: CallObserver = observer or NoObserver()
+        self._searcher = searcher
         self._builtins = builtins
         self._runs = runs
         self.analyser = analyser
@@ -196,7 +202,7 @@ class Router:
     ) -> Result:
         result: Result | None = None
         try:
-            if problems := input_problems(compile_validator(schema), payload):
+            if problems := input_problems(compile_validator(schema, self._searcher), payload):
                 err = error(
                     "invalid_input", "The input does not match the tool's schema.", problems
                 )
@@ -437,7 +443,7 @@ class Router:
             if found is not None:
                 self._compiled_cache.move_to_end(key)
                 return found
-        made = compile_validator(tool.definition.input_schema)
+        made = compile_validator(tool.definition.input_schema, self._searcher)
         with self._lock:
             self._compiled_cache[key] = made
             while len(self._compiled_cache) > 1024:
@@ -487,8 +493,8 @@ def _unchecked(call_id: str, tool: Tool, analysis: Analysis) -> Result:
     return refused(call_id, tool.id, tool.version, error("infra_error", why))
 
 
-_RUN_CODE_VALIDATOR = compile_validator(RUN_CODE_SPEC.input_schema)
-_RUN_PROGRAM_VALIDATOR = compile_validator(RUN_PROGRAM_SCHEMA)
+_RUN_CODE_VALIDATOR = compile_validator(RUN_CODE_SPEC.input_schema, None)  # the service's own
+_RUN_PROGRAM_VALIDATOR = compile_validator(RUN_PROGRAM_SCHEMA, None)
 
 
 def to_ctx(kind: Kind, result: Result) -> Any:

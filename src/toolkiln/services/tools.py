@@ -13,6 +13,7 @@ from toolkiln.domain.ids import new_id, utcnow
 from toolkiln.domain.opaque import Positions
 from toolkiln.domain.problems import text_problems
 from toolkiln.domain.records import AuditRow, Page
+from toolkiln.domain.schema.budget import Searcher
 from toolkiln.domain.stats import WINDOWS, span_of, summary
 from toolkiln.domain.testcases import CaseSpec, check_test_cases
 from toolkiln.domain.tools import (
@@ -71,8 +72,12 @@ class ToolService:
         prepare: Prepare | None = None,
         *,
         positions: Positions,
+        searcher: Searcher | None,
     ) -> None:
+        """``searcher``: where a tool's input schema's own patterns are compiled on save
+        (domain/schema/budget.py)."""
         self._uow = uow
+        self._searcher = searcher
         # Code is analysed outside any transaction: an analysis may take its whole time
         # limit, and no database connection waits for it.
         self._analyser = analyser
@@ -96,7 +101,7 @@ class ToolService:
             ceiling = tx.workspaces.policy(workspace_id).max_timeout_ms
         d = draft.definition
         analysis = self._analyser.analyse(d.language, d.code, workspace_id)
-        definition, problems = validate_draft(draft, ceiling, analysis)
+        definition, problems = validate_draft(draft, ceiling, analysis, self._searcher)
         if problems:
             raise InvalidTool(problems)
         return definition, analysis
@@ -251,7 +256,7 @@ class ToolService:
         """What the change (``draft``: the tool with it applied; ``analysis``: of its code)
         would write, or InvalidTool."""
         ceiling = tx.workspaces.policy(current.workspace_id).max_timeout_ms
-        definition, problems = validate_draft(draft, ceiling, analysis)
+        definition, problems = validate_draft(draft, ceiling, analysis, self._searcher)
         if problems:
             raise InvalidTool(problems)
         if draft.name != current.name and tx.tools.name_taken(

@@ -33,7 +33,8 @@ STEPS_MESSAGE = (
 # keywords that consult them) and compiles of ``format: regex`` text for one value may take
 # this long, in seconds: a base and more for each part of a larger value (a search in a
 # process of its own costs ~0.1 ms), as for STEPS. They run in processes of their own
-# (sandbox/patterns.py) when the service has given one (``use_searcher``).
+# (sandbox/patterns.py) when the check is given that searcher: a tool author's schema is; the
+# service's own schemas, whose patterns are its own, are searched by ``re`` in the thread.
 PATTERN_SECONDS = 0.25
 SAVE_SECONDS = 2.0  # compiling a schema's own patterns on save
 # Keyword evaluations of the metaschema over a schema on save: about 100 per subschema, so a
@@ -53,23 +54,28 @@ PATTERN_MESSAGE = (
 
 
 class _Budget(threading.local):
+    """The check this thread is running, while ``armed``: jsonschema's keywords reach it only
+    through this, as they are called with no context of the check."""
+
     armed = False  # only while armed: input_problems, and check_schema's compiles
     left = STEPS
     until = 0.0  # time.monotonic() when the pattern searches and compiles must have ended
+    searcher: Searcher | None = None  # where this check searches its patterns
 
 
 _BUDGET = _Budget()
 
 
 @contextlib.contextmanager
-def armed(steps: int, seconds: float) -> Iterator[None]:
-    """This thread's keyword evaluations and regular expressions bounded until the end."""
+def armed(steps: int, seconds: float, searcher: Searcher | None) -> Iterator[None]:
+    """This thread's keyword evaluations and regular expressions bounded until the end, the
+    schema's patterns searched by ``searcher`` (None: by ``re``, in this thread)."""
     _BUDGET.left, _BUDGET.until = steps, time.monotonic() + seconds
-    _BUDGET.armed = True
+    _BUDGET.searcher, _BUDGET.armed = searcher, True
     try:
         yield
     finally:
-        _BUDGET.armed = False
+        _BUDGET.searcher, _BUDGET.armed = None, False
 
 
 class OutOfSteps(Exception):
@@ -93,16 +99,6 @@ class Searcher(Protocol):
     def search(self, pattern: str, text: str, deadline: float) -> bool: ...
 
     def compiles(self, text: str, deadline: float) -> bool: ...
-
-
-_SEARCHER: Searcher | None = None
-
-
-def use_searcher(searcher: Searcher | None) -> None:
-    """The service's searcher (app.py). Without one (a library use of this module), values
-    are matched by ``re`` in the calling thread, without a time limit."""
-    global _SEARCHER
-    _SEARCHER = searcher
 
 
 _INLINE_MULTILINE = re.compile(r"\(\?[aiLmsux-]*m")
@@ -148,8 +144,8 @@ def ecma_end(pattern: str) -> str:
 class _SearchingRe:
     """What ``Budgeted``'s searching keywords call ``re``: every search of a schema's patterns
     (``pattern``, ``patternProperties``, and ``additionalProperties`` and
-    ``unevaluatedProperties``, which consult them) goes to the searcher, with the check's time
-    left, while the budget is armed; elsewhere (the service's own schemas) it is ``re``'s. A
+    ``unevaluatedProperties``, which consult them) goes to the check's searcher, with its
+    time left; without one (the service's own schemas), or outside a check, it is ``re``'s. A
     test checks that no other search is left in jsonschema's keywords
     (tests/security/test_schema_patterns.py)."""
 
@@ -158,7 +154,7 @@ class _SearchingRe:
 
     @staticmethod
     def search(pattern: Any, string: Any, flags: int = 0) -> Any:
-        searcher = _SEARCHER
+        searcher = _BUDGET.searcher
         if isinstance(pattern, str):
             pattern = ecma_end(pattern)
         if not _BUDGET.armed or searcher is None or flags:
@@ -201,7 +197,7 @@ def is_regex(instance: object) -> bool:
     2**32, RecursionError for deep nesting), makes it no regex, on save as for inputs."""
     if not isinstance(instance, str):
         return True
-    searcher = _SEARCHER
+    searcher = _BUDGET.searcher
     if _BUDGET.armed and searcher is not None:
         return searcher.compiles(instance, _BUDGET.until)
     try:

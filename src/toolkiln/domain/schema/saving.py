@@ -15,6 +15,7 @@ from toolkiln.domain.schema.budget import (
     SAVE_STEPS_MESSAGE,
     OutOfSteps,
     OutOfTime,
+    Searcher,
     Unmatchable,
     armed,
     is_regex,
@@ -49,8 +50,11 @@ def _metaschema_problem(schema: dict[str, Any], field: str) -> Problem | None:
     return None
 
 
-def check_schema(schema: Any, field: str = "input_schema") -> list[Problem]:
-    """A valid 2020-12 schema with an object at its root, within the size and depth caps."""
+def check_schema(
+    schema: Any, field: str = "input_schema", *, searcher: Searcher | None
+) -> list[Problem]:
+    """A valid 2020-12 schema with an object at its root, within the size and depth caps.
+    ``searcher``: where the author's patterns are compiled (a tool's schema needs one)."""
     if not isinstance(schema, dict):
         return [problem(field, "must be a JSON object")]
     if len(json.dumps(schema)) > MAX_SCHEMA_BYTES:
@@ -65,7 +69,7 @@ def check_schema(schema: Any, field: str = "input_schema") -> list[Problem]:
     try:
         # The author's patterns compiled where values are matched: re's parser can take
         # seconds for a 64 KB schema (``(?i)`` and many wide classes).
-        with armed(SAVE_STEPS, SAVE_SECONDS):
+        with armed(SAVE_STEPS, SAVE_SECONDS, searcher):
             found_problem = _metaschema_problem(schema, field)
     except OutOfSteps:
         return [problem(field, SAVE_STEPS_MESSAGE)]

@@ -28,6 +28,7 @@ from toolkiln.domain.schema.budget import (
     Budgeted,
     OutOfSteps,
     OutOfTime,
+    Searcher,
     Unmatchable,
     armed,
 )
@@ -161,11 +162,14 @@ class InputValidator:
     jsonschema-rs answers first (~0.4 µs against ~28 µs for the built-ins' schemas: every
     ``ctx.tools`` call validates its input; docs/decisions/116-ctx-input-validation.md): a value it
     finds valid is valid; any other answer (invalid, or it could not take the value) goes to
-    jsonschema."""
+    jsonschema. ``searcher``: where the schema's patterns are searched against a value: a
+    tool author's schema needs one; the service's own schemas, whose patterns are its own,
+    are searched by ``re`` in the calling thread (None)."""
 
-    __slots__ = ("_fast", "_ways", "enum_parts", "reference", "runaway")
+    __slots__ = ("_fast", "_ways", "enum_parts", "reference", "runaway", "searcher")
 
-    def __init__(self, schema: dict[str, Any]) -> None:
+    def __init__(self, schema: dict[str, Any], searcher: Searcher | None) -> None:
+        self.searcher = searcher
         self._fast: Any = None
         self.enum_parts = _enum_parts(schema)
         self.runaway: tuple[str, str] | None = None
@@ -228,8 +232,8 @@ class InputValidator:
             return False
 
 
-def compile_validator(schema: dict[str, Any]) -> InputValidator:
-    return InputValidator(schema)
+def compile_validator(schema: dict[str, Any], searcher: Searcher | None) -> InputValidator:
+    return InputValidator(schema, searcher)
 
 
 def input_problems(validator: InputValidator, value: Any) -> list[Problem]:
@@ -245,7 +249,7 @@ def input_problems(validator: InputValidator, value: Any) -> list[Problem]:
     steps = min(STEPS + STEPS_PER_PART * parts, STEPS_MAX)
     seconds = min(PATTERN_SECONDS + PATTERN_SECONDS_PER_PART * parts, PATTERN_SECONDS_MAX)
     try:
-        with armed(steps, seconds):
+        with armed(steps, seconds, validator.searcher):
             found = itertools.islice(validator.reference.iter_errors(value), MAX_ERRORS)
             errors = sorted(found, key=lambda e: list(e.absolute_path))
     except OutOfSteps:
