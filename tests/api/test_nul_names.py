@@ -40,7 +40,10 @@ def test_a_nul_in_an_agents_tool_name_is_refused_as_not_offered(
     who = runtime.services.access.authenticate(space.tokens["admin"])
     agent = runtime.services.agents.create(who, space.id, "nul-agent")
     for name in ("a\x00", "custom_\x00"):
-        assert runtime.services.agents.status_line(who, agent.id, name) is None
-        result = runtime.services.agents.dispatch(who, agent.id, name, {}, CallContext())
+        told: list[str] = []
+        result = runtime.services.agents.dispatch(
+            who, agent.id, name, {}, CallContext(), on_status=told.append
+        )
+        assert told == []
         assert result.error is not None, result
         assert result.error["code"] in ("unknown_tool", "tool_not_enabled"), result.error

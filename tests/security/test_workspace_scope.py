@@ -10,6 +10,7 @@ from fastapi.testclient import TestClient
 
 from tests.conftest import Space, seed_tool
 from toolkiln.app import Runtime
+from toolkiln.services.invoke import CallContext
 
 
 def _tool(client: TestClient, space: Space, **over: Any) -> dict[str, Any]:
@@ -75,8 +76,13 @@ def test_an_agent_is_never_offered_another_workspaces_status_line(
     )
     agent = r.json()["data"]
     who = runtime.services.access.authenticate(other_space.tokens["invoke,read,write"])
-    line = runtime.services.agents.status_line(who, agent["id"], f"custom_{foreign['id']}")
-    assert line is None
+    told: list[str] = []
+    name = f"custom_{foreign['id']}"
+    result = runtime.services.agents.dispatch(
+        who, agent["id"], name, {"order_id": "x"}, CallContext(), on_status=told.append
+    )
+    assert told == [] and result.error is not None
+    assert result.error["code"] == "tool_not_enabled"
     r = client.post(
         f"/v1/agents/{agent['id']}/tool-calls",
         json={"name": f"custom_{foreign['id']}", "arguments": {"order_id": "x"}},

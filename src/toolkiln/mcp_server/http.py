@@ -15,11 +15,13 @@ from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from toolkiln.api.errors import envelope, retry_after, status_of
+from toolkiln.domain.auth import Principal
 from toolkiln.domain.errors import ToolkilnError, Unauthenticated
 from toolkiln.mcp_server.server import Endpoint, Listeners, make_server, tool_list_watcher
 from toolkiln.services.container import Services
 
 PREFIX = "/agents/"
+PRINCIPAL = "toolkiln_principal"  # where __call__ leaves the request's principal (its scope)
 
 
 def _bearer(headers: Any) -> str | None:
@@ -52,7 +54,10 @@ class McpHttp:
             request = ctx.request
             if not isinstance(request, Request):
                 raise Unauthenticated("MCP over HTTP needs the HTTP request.")
-            principal = self._services.access.authenticate(_bearer(request.headers))
+            # Checked once per HTTP request, by __call__ below.
+            principal = getattr(request.state, PRINCIPAL, None)
+            if not isinstance(principal, Principal):
+                raise Unauthenticated("The request was not authenticated.")
             agent_id = _agent_of(request.url.path.split("/mcp", 1)[-1])
             q = request.query_params
             return Endpoint(
@@ -83,13 +88,12 @@ class McpHttp:
         scope["route"] = ROUTE  # /metrics counts requests by the route's template
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers", [])}
         try:
+            # The token and the agent in one read; listing needs read and calling needs
+            # invoke: the services check each request.
             principal = await anyio.to_thread.run_sync(
-                lambda: self._services.access.authenticate(_bearer(headers))
+                lambda: self._services.agents.enter(_bearer(headers), _agent_of(sub))
             )
-            # Listing needs read and calling needs invoke; the services check each request.
-            await anyio.to_thread.run_sync(
-                lambda: self._services.agents.get(principal, _agent_of(sub))
-            )
+            scope.setdefault("state", {})[PRINCIPAL] = principal
         except ToolkilnError as exc:  # the REST API's answer to the same error
             answer = envelope(status_of(exc), exc.code, exc.message, exc.details, retry_after(exc))
             await answer(scope, receive, send)

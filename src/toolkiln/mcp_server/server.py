@@ -261,29 +261,40 @@ def make_server(services: Services, resolve: Resolve, listeners: Listeners) -> S
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         at = await resolve(ctx)
-        principal, agent_id = at.principal, at.agent_id
-        status = await anyio.to_thread.run_sync(
-            lambda: services.agents.status_line(principal, agent_id, params.name)
-        )
-        if status:
-            await ctx.session.report_progress(0, 1, status)
-        try:
-            async with turns.turn(principal.workspace_id):
-                result = await anyio.to_thread.run_sync(
-                    lambda: services.agents.dispatch(
-                        principal,
-                        agent_id,
-                        params.name,
-                        params.arguments or {},
-                        CallContext(),
-                        at.mode,
-                    ),
-                    limiter=calls,
+        said: list[str] = []
+        failed: Exception | None = None  # raised out of the task group, not in a group
+        async with anyio.create_task_group() as tasks:
+
+            def tell(status: str) -> None:  # the tool's status line, its call prepared:
+                said.append(status)  # sent meanwhile, the run not waiting for it
+                anyio.from_thread.run_sync(
+                    tasks.start_soon, ctx.session.report_progress, 0, 1, status
                 )
-        except TooManyRequests as busy:  # run_program or run_code over the workspace's share
-            return _failed({"code": busy.code, "message": busy.message, "details": busy.details})
-        if status:
-            await ctx.session.report_progress(1, 1, status)
+
+            try:
+                async with turns.turn(at.principal.workspace_id):
+                    result = await anyio.to_thread.run_sync(
+                        lambda: services.agents.dispatch(
+                            at.principal,
+                            at.agent_id,
+                            params.name,
+                            params.arguments or {},
+                            CallContext(),
+                            at.mode,
+                            on_status=tell,
+                        ),
+                        limiter=calls,
+                    )
+            except Exception as exc:
+                failed = exc
+        if isinstance(failed, TooManyRequests):  # run_program or run_code over the share
+            return _failed(
+                {"code": failed.code, "message": failed.message, "details": failed.details}
+            )
+        if failed is not None:
+            raise failed
+        if said:
+            await ctx.session.report_progress(1, 1, said[0])
         if result.error is not None:
             return _failed(result.error)
         raw = result.raw_data

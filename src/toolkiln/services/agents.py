@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from toolkiln.domain.auth import Principal
@@ -13,17 +14,24 @@ from toolkiln.domain.codemode import (
     program_def,
 )
 from toolkiln.domain.egress import builtin_open_world
-from toolkiln.domain.errors import InvalidRequest, NotFound
+from toolkiln.domain.errors import InvalidRequest, NotFound, Unauthenticated
 from toolkiln.domain.formats import CUSTOM_PREFIX, FORMATS, ToolDef, render
 from toolkiln.domain.ids import new_id, utcnow
 from toolkiln.domain.limits import MAX_TIMEOUT_MS
 from toolkiln.domain.origin import Budget, Offer, Origin
-from toolkiln.domain.records import Agent, AuditRow, check_label
+from toolkiln.domain.records import Agent, AuditRow, Policy, check_label
 from toolkiln.domain.results import Result, error, refused
-from toolkiln.services.invoke import CallContext, InvokeService, check_ids, raced_call_id
+from toolkiln.services.access import principal_of
+from toolkiln.services.invoke import (
+    CallContext,
+    InvokeService,
+    check_ids,
+    duplicate_call_id,
+    raced_call_id,
+)
 from toolkiln.services.paging import listing_scope
 from toolkiln.services.ports import UnitOfWork, UnitOfWorkFactory
-from toolkiln.services.router import Router
+from toolkiln.services.router import Found, Router
 
 # Every change that can alter some agent's tool list leaves one of these audit rows.
 MODES = ("direct", "code")
@@ -140,16 +148,21 @@ class AgentService:
         needs ``read``; a tool call works them out with ``invoke`` alone."""
         principal.require(scope)
         with self._uow(readonly=True) as tx:
-            agent = self._visible(tx, principal, agent_id)
-            policy = tx.workspaces.policy(agent.workspace_id)
-            allowed = set(policy.builtins)
-            enabled = tx.agents.enabled(agent.id)
-            tools = tx.tools.offered(agent.workspace_id, list(enabled))
-            pinned = {
-                t.id: tx.tools.version(t.id, v)
-                for t in tools
-                if (v := enabled.get(t.id)) is not None
-            }
+            agent, _, defs = self._defs_in(tx, principal, agent_id, mode)
+        return agent, defs
+
+    def _defs_in(
+        self, tx: UnitOfWork, principal: Principal, agent_id: str, mode: str
+    ) -> tuple[Agent, Policy, list[ToolDef]]:
+        """``tool_defs``, read in ``tx``; with the workspace policy it read."""
+        agent = self._visible(tx, principal, agent_id)
+        policy = tx.workspaces.policy(agent.workspace_id)
+        allowed = set(policy.builtins)
+        enabled = tx.agents.enabled(agent.id)
+        tools = tx.tools.offered(agent.workspace_id, list(enabled))
+        pinned = {
+            t.id: tx.tools.version(t.id, v) for t in tools if (v := enabled.get(t.id)) is not None
+        }
         defs = [
             ToolDef(
                 s.name,
@@ -181,7 +194,7 @@ class AgentService:
                     open_world=bool(d.egress),
                 )
             )
-        return agent, defs
+        return agent, policy, defs
 
     def tool_list(
         self,
@@ -223,16 +236,16 @@ class AgentService:
             marker = tx.audit.last_id(LIST_CHANGING_EVENTS)
             return marker, tx.audit.changes_after(LIST_CHANGING_EVENTS, marker - window)
 
-    def status_line(self, principal: Principal, agent_id: str, name: str) -> str | None:
-        """The execution_message_description of a tool this agent is offered, for progress
-        while it runs (None for built-ins and for anything the agent is not offered)."""
-        _, defs = self.tool_defs(principal, agent_id, scope="invoke")
-        found = next((d for d in defs if d.name == name and d.kind == "custom"), None)
-        if found is None:
-            return None
+    def enter(self, bearer: str | None, agent_id: str) -> Principal:
+        """The principal of ``bearer``, which may read the agent ``agent_id``: one read (the
+        MCP endpoint's check of each request; mcp_server/http.py)."""
+        if not bearer:
+            raise Unauthenticated("A bearer token is required.")
         with self._uow(readonly=True) as tx:
-            tool = tx.tools.get(str(found.tool_id))
-        return tool.execution_message_description if tool else None
+            principal = principal_of(tx, bearer)
+            principal.require("read")
+            self._visible(tx, principal, agent_id)
+        return principal
 
     # -- the one dispatch call
 
@@ -244,9 +257,12 @@ class AgentService:
         arguments: Any,
         who: CallContext,
         mode: str = "direct",
+        on_status: Callable[[str], None] | None = None,
     ) -> Result:
         """One tool call of the agent. ``mode="code"`` (an MCP session in code mode) offers
-        ``run_program`` alone."""
+        ``run_program`` alone. One read prepares it (the agent, its offer, the workspace
+        policy, the custom tool ``name`` means, the call id: tests/mcp/test_call_reads.py);
+        ``on_status`` is then told the tool's status line, if it has one, before it runs."""
         principal.require("invoke")
         check_ids(who)
         # run_program's ctx reaches the code-mode tools; any other name, the direct ones.
@@ -255,18 +271,31 @@ class AgentService:
             err = error("unknown_tool", message, {"available": [RUN_PROGRAM]})
             return refused(who.tool_call_id or new_id(), None, None, err)
         mode = "code" if name == RUN_PROGRAM else "direct"
-        agent, defs = self.tool_defs(principal, agent_id, mode, scope="invoke")
-        offer = Offer(
-            frozenset(d.name for d in defs if d.kind == "builtin"),
-            {str(d.tool_id): d.pinned for d in defs if d.kind == "custom"},
-        )
-        context = dataclasses.replace(who, agent_id=agent.id, source="llm")
-        caller = self._invoke.caller(principal, agent.workspace_id, context, agent_name=agent.name)
-        call_id = self._invoke.fresh_call_id(agent.workspace_id, who)
-        # A custom tool's run is bounded by its own timeout_ms inside this deadline.
-        origin = Origin.root(caller, call_id, Budget.lasting(MAX_TIMEOUT_MS), offer)
+        found: Found | None = None
+        with self._uow(readonly=True) as tx:
+            agent, policy, defs = self._defs_in(tx, principal, agent_id, mode)
+            offer = Offer(
+                frozenset(d.name for d in defs if d.kind == "builtin"),
+                {str(d.tool_id): d.pinned for d in defs if d.kind == "custom"},
+            )
+            context = dataclasses.replace(who, agent_id=agent.id, source="llm")
+            caller = self._invoke.caller(
+                principal, agent.workspace_id, context, agent_name=agent.name
+            )
+            call_id = who.tool_call_id or new_id()
+            if who.tool_call_id is not None and tx.calls.exists(agent.workspace_id, call_id):
+                raise duplicate_call_id()
+            # A custom tool's run is bounded by its own timeout_ms inside this deadline.
+            budget = Budget.lasting(MAX_TIMEOUT_MS)
+            budget.policy = policy
+            origin = Origin.root(caller, call_id, budget, offer)
+            if name != RUN_PROGRAM and not self._router.is_builtin(name):
+                found = self._router.find(tx, origin, name)
+        status = found.tool.execution_message_description if found and found.tool else None
+        if status and on_status is not None:
+            on_status(status)
         with raced_call_id(who):
-            return self._router.call(origin, name, arguments)
+            return self._router.call(origin, name, arguments, found)
 
     @staticmethod
     def _visible(tx: UnitOfWork, principal: Principal, agent_id: str) -> Agent:

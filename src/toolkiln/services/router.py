@@ -14,7 +14,7 @@ import threading
 import time
 from collections import OrderedDict
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from toolkiln.domain.analysis import Analysis
 from toolkiln.domain.builtin import RUN_CODE_SPEC, BuiltinSpec, dry_run
@@ -83,10 +83,19 @@ class Router:
 
     # -- entry points
 
-    def call(self, origin: Origin, name: str, payload: Any) -> Result:
+    def call(self, origin: Origin, name: str, payload: Any, found: Found | None = None) -> Result:
         """A root call by name: an agent's tool call, MCP (``origin.offer`` says what the
-        agent is offered)."""
-        return self._root(origin, name, payload)[1]
+        agent is offered). ``found``: what ``find`` made of ``name`` in the caller's own
+        read, so that the call reads nothing more before its run."""
+        return self._root(origin, name, payload, found)[1]
+
+    def find(self, tx: UnitOfWork, origin: Origin, name: str) -> Found:
+        """The custom tool ``name`` means to the caller of ``origin``: its name (or the name
+        with ``_`` for ``-``) or ``custom_{id}``, in the caller's workspace; with an offer,
+        only a tool offered, at its pinned version. Read in ``tx``: the caller's own unit
+        of work (an agent's call reads its offer in the same), or one of the router's."""
+        read_at = time.monotonic()
+        return Found(self._custom_in(tx, origin, name, origin.offer), read_at)
 
     def value(self, origin: Origin, name: str, payload: Any) -> Any:
         """A root call answered as ``ctx.tools`` would resolve it (the built-in endpoint)."""
@@ -223,14 +232,16 @@ class Router:
 
     # -- routing
 
-    def _root(self, origin: Origin, name: str, payload: Any) -> tuple[Kind, Result]:
+    def _root(
+        self, origin: Origin, name: str, payload: Any, found: Found | None = None
+    ) -> tuple[Kind, Result]:
         try:
-            return self._route(origin, name, payload, nested=False)
+            return self._route(origin, name, payload, nested=False, found=found)
         finally:
             self._runs.flush(origin)
 
     def _route(
-        self, origin: Origin, name: str, payload: Any, *, nested: bool
+        self, origin: Origin, name: str, payload: Any, *, nested: bool, found: Found | None = None
     ) -> tuple[Kind, Result]:
         started = time.perf_counter()
         with tracing.tool_call(origin, name) as span:
@@ -260,7 +271,10 @@ class Router:
             if name == RUN_CODE_SPEC.name:
                 return self._snippet(origin, payload, nested)
             return "builtin", self._builtins.call(origin, policy, name, payload)
-        tool, read_at = self._custom(origin, name, offer)
+        if found is None:
+            with self._uow(readonly=True) as tx:
+                found = self.find(tx, origin, name)
+        tool, read_at = found
         if tool is None:
             return "refused", self._not_offered(origin, name, offer, None)
         if tool.id in origin.chain:
@@ -352,14 +366,6 @@ class Router:
         code = Code.analysed(language, source, analysis, timeout_ms)
         return Runs.shape(run, code, None, self._runs.run(run, code, given, self.from_code))
 
-    def _custom(self, origin: Origin, name: str, offer: Offer | None) -> tuple[Tool | None, float]:
-        """The custom tool ``name`` means to this caller: its name (or the name with ``_``
-        for ``-``) or ``custom_{id}``, in the caller's workspace; with an offer, only a tool
-        offered, at its pinned version. With when its first statement was sent."""
-        with self._uow(readonly=True) as tx:
-            read_at = time.monotonic()
-            return self._custom_in(tx, origin, name, offer), read_at
-
     def _custom_in(
         self, tx: UnitOfWork, origin: Origin, name: str, offer: Offer | None
     ) -> Tool | None:
@@ -449,6 +455,14 @@ class Router:
             while len(self._compiled_cache) > 1024:
                 self._compiled_cache.popitem(last=False)
         return made
+
+
+class Found(NamedTuple):
+    """A custom tool a name means to a caller (None: none it may reach), and when the
+    statement that read it was sent (``time.monotonic()``: its status is that old)."""
+
+    tool: Tool | None
+    read_at: float
 
 
 class _Unrecorded:

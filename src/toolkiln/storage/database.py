@@ -218,7 +218,8 @@ class Database:
 
             _ping_idle(self.engine)
 
-        # The statements SQLAlchemy runs count too (the prepared ones count in on_cursor).
+        # Every statement counts: SQLAlchemy's own, and the prepared ones (on_cursor tells
+        # the same listeners).
         sa.event.listen(self.engine, "before_cursor_execute", count_statement)
 
         # SQLite has one writer at a time; when threads of this process queue for it inside

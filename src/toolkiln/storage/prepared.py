@@ -103,8 +103,8 @@ ONE_STATEMENT = "toolkiln_one_statement"
 
 
 def count_statement(conn: Connection, *_event: object) -> None:
-    """Refuse a second statement in a one-statement unit (a programming error, not data's).
-    Also SQLAlchemy's ``before_cursor_execute`` listener (its other arguments unused)."""
+    """Refuse a second statement in a one-statement unit (a programming error, not data's):
+    the engine's ``before_cursor_execute`` listener (its other arguments unused)."""
     left = conn.info.get(ONE_STATEMENT)
     if left is None:
         return
@@ -123,15 +123,17 @@ def on_cursor(
     counted: bool = True,
 ) -> Any:
     """``sql`` on the driver's cursor of ``conn``'s transaction; the first row if ``fetch``.
-    A driver error is raised as SQLAlchemy's (a lost connection invalidated first).
+    A driver error is raised as SQLAlchemy's (a lost connection invalidated first). As for
+    SQLAlchemy's own statements, the engine's ``before_cursor_execute`` listeners are told
+    first (``count_statement``, and whoever else listens: tests count a call's statements).
     ``counted=False``: not a statement of the unit's own (SQLite's BEGIN)."""
-    if counted:
-        count_statement(conn)
     dbapi = conn.connection.dbapi_connection  # the pooled connection of this transaction
     assert dbapi is not None
     dialect = conn.dialect
     cursor = dbapi.cursor()
     try:
+        if counted:
+            conn.dispatch.before_cursor_execute(conn, cursor, sql, args, None, many)
         if many:
             cursor.executemany(sql, args)
             return None
