@@ -245,7 +245,7 @@ class Router:
     ) -> tuple[Kind, Result]:
         started = time.perf_counter()
         with tracing.tool_call(origin, name) as span:
-            kind, result = self._routed(origin, name, payload, nested=nested)
+            kind, result = self._routed(origin, name, payload, nested=nested, found=found)
             tracing.called(span, origin, kind, result, payload)
         self._observed(origin, name, kind, result, started)
         return kind, result
@@ -259,7 +259,7 @@ class Router:
             self._observer.called(origin.workspace_id, name, kind, result.status, seconds)
 
     def _routed(
-        self, origin: Origin, name: str, payload: Any, *, nested: bool
+        self, origin: Origin, name: str, payload: Any, *, nested: bool, found: Found | None
     ) -> tuple[Kind, Result]:
         offer = origin.offer
         if name == RUN_PROGRAM and offer is not None and not nested:
