@@ -2,7 +2,6 @@
 
 Revision ID: 0014
 Revises: 0013
-Create Date: 2026-12-06
 """
 
 from __future__ import annotations

@@ -2,7 +2,6 @@
 
 Revision ID: 0015
 Revises: 0014
-Create Date: 2026-12-06
 """
 
 from __future__ import annotations
