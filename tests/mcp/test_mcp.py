@@ -266,3 +266,22 @@ def test_a_code_mode_session_offers_run_program_alone(live: Live) -> None:
 
     out = anyio.run(run)
     assert out.is_error is True and "unknown_tool" in out.content[0].text  # type: ignore[attr-defined]
+
+
+def test_http_offers_own_names_when_asked(live: Live) -> None:
+    """``?names=name``: the custom tools under their own names, called by them."""
+
+    async def run() -> tuple[list[str], str]:
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
+            url = f"{live.base}/mcp/agents/{live.agent_id}?names=name"
+            async with streamable_http_client(url, http_client=http) as (read, write, *_):
+                async with ClientSession(read, write) as session:
+                    await session.initialize()
+                    listed = [t.name for t in (await session.list_tools()).tools]
+                    out = await session.call_tool("greet", {"who": "by name"})
+                    return listed, out.content[0].text
+
+    listed, text = anyio.run(run)
+    assert "greet" in listed and f"custom_{live.ok_tool}" not in listed
+    assert text == "hello by name"

@@ -51,6 +51,12 @@ def _parser() -> argparse.ArgumentParser:
     mcp.add_argument(
         "--mode", choices=("direct", "code"), default="direct", help="code: one run_program tool"
     )
+    mcp.add_argument(
+        "--names",
+        choices=("id", "name"),
+        default="id",
+        help="name: custom tools under their own names where they can be (else custom_{id})",
+    )
 
     generate.add_parser(sub)
     runner_cli.add_parser(sub)
@@ -188,7 +194,7 @@ def _run_full(args: argparse.Namespace, runtime: Runtime) -> None:
     elif args.command == "mcp":
         from toolkiln.mcp_server.stdio import serve_stdio
 
-        serve_stdio(runtime.services, args.agent, args.mode, runtime.loops())
+        serve_stdio(runtime.services, args.agent, args.mode, runtime.loops(), args.names)
     elif args.command == "generate":
         generate.run(runtime.services, args)
 

@@ -18,7 +18,10 @@ Two rules shape every entry:
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -230,6 +233,24 @@ def schema_warnings(schema: dict[str, Any], field: str = "input_schema") -> list
                     "lacks them); every call is still checked against the full schema",
                 )
             )
+    return out
+
+
+# How a custom tool is named in a list: ``custom_{id}`` (the default), or its own name where
+# that fits every format's rule and is not a built-in's (docs/agents.md, "Tool names").
+NAMES = ("id", "name")
+_OWN_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+
+
+def by_own_name(defs: list[ToolDef], is_builtin: Callable[[str], bool]) -> list[ToolDef]:
+    """Each custom tool under its own name where it can be; else as it was (``custom_{id}``).
+    The dispatch finds a tool by either (tests/api/test_tool_names.py)."""
+    out = []
+    for d in defs:
+        own = d.tool_name
+        if d.kind == "custom" and own and _OWN_NAME.fullmatch(own) and not is_builtin(own):
+            d = dataclasses.replace(d, name=own)
+        out.append(d)
     return out
 
 

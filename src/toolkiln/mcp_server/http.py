@@ -1,5 +1,5 @@
-"""``/mcp/agents/{agent_id}[?mode=code&language=...]``: streamable HTTP, bearer auth, run in
-the service's lifespan."""
+"""``/mcp/agents/{agent_id}[?mode=code&language=...&names=name]``: streamable HTTP, bearer
+auth, run in the service's lifespan."""
 
 from __future__ import annotations
 
@@ -61,7 +61,11 @@ class McpHttp:
             agent_id = _agent_of(request.url.path.split("/mcp", 1)[-1])
             q = request.query_params
             return Endpoint(
-                principal, agent_id, q.get("mode", "direct"), q.get("language", "python")
+                principal,
+                agent_id,
+                q.get("mode", "direct"),
+                q.get("language", "python"),
+                q.get("names", "id"),
             )
 
         self.listeners = Listeners()

@@ -41,6 +41,7 @@ class Endpoint:
     agent_id: str
     mode: str = "direct"
     language: str = "python"
+    names: str = "id"  # custom_{id}, or "name": their own names where they can be
 
 
 Resolve = Callable[[ServerRequestContext[Any, Any]], Awaitable[Endpoint]]
@@ -222,7 +223,7 @@ def make_server(services: Services, resolve: Resolve, listeners: Listeners) -> S
 
         def listed() -> tuple[list[dict[str, Any]], str]:
             entries = services.agents.tool_list(
-                at.principal, at.agent_id, "mcp", mode=at.mode, language=at.language
+                at.principal, at.agent_id, "mcp", mode=at.mode, language=at.language, names=at.names
             )
             return entries, services.agents.get(at.principal, at.agent_id).workspace_id
 

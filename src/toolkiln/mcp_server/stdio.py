@@ -19,7 +19,11 @@ from toolkiln.services.container import Services
 
 
 def serve_stdio(
-    services: Services, agent_id: str, mode: str = "direct", loops: dict[str, Loop] | None = None
+    services: Services,
+    agent_id: str,
+    mode: str = "direct",
+    loops: dict[str, Loop] | None = None,
+    names: str = "id",
 ) -> None:
     """``loops``: the runtime's other background loops (``Runtime.loops``), run alongside."""
     admin = Principal("local-cli", "", frozenset({"admin"}))
@@ -27,7 +31,7 @@ def serve_stdio(
     principal = Principal("local-cli", agent.workspace_id, frozenset({"read", "invoke"}))
 
     async def resolve(ctx: ServerRequestContext[Any, Any]) -> Endpoint:
-        return Endpoint(principal, agent.id, mode)
+        return Endpoint(principal, agent.id, mode, names=names)
 
     listeners = Listeners()
     server = make_server(services, resolve, listeners)

@@ -15,7 +15,7 @@ from toolkiln.domain.codemode import (
 )
 from toolkiln.domain.egress import builtin_open_world
 from toolkiln.domain.errors import InvalidRequest, NotFound, Unauthenticated
-from toolkiln.domain.formats import CUSTOM_PREFIX, FORMATS, ToolDef, render
+from toolkiln.domain.formats import CUSTOM_PREFIX, FORMATS, NAMES, ToolDef, by_own_name, render
 from toolkiln.domain.ids import new_id, utcnow
 from toolkiln.domain.limits import MAX_TIMEOUT_MS
 from toolkiln.domain.origin import Budget, Offer, Origin
@@ -204,11 +204,15 @@ class AgentService:
         strict: bool = False,
         mode: str = "direct",
         language: str = "python",
+        names: str = "id",
     ) -> list[dict[str, Any]]:
         """The agent's tools in a provider's format; in code mode, one ``run_program`` tool
         whose description declares the code-mode tools in ``language``, or
-        none when the workspace policy does not allow ``run_code``."""
+        none when the workspace policy does not allow ``run_code``. ``names="name"``: custom
+        tools under their own names where they can be (``by_own_name``)."""
         problems = []
+        if names not in NAMES:
+            problems.append({"field": "names", "message": f"one of {', '.join(NAMES)}"})
         if fmt not in FORMATS:
             problems.append({"field": "format", "message": f"one of {', '.join(FORMATS)}"})
         if mode not in MODES:
@@ -225,6 +229,8 @@ class AgentService:
             if not program_allowed(frozenset(d.name for d in defs if d.kind == "builtin")):
                 return []
             return render([program_def(defs, language)], fmt, strict)
+        if names == "name":
+            defs = by_own_name(defs, self._router.is_builtin)
         return render(defs, fmt, strict)
 
     def list_changes(self, window: int) -> tuple[int, list[tuple[int, str]]]:
