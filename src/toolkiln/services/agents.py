@@ -267,7 +267,8 @@ class AgentService:
     ) -> Result:
         """One tool call of the agent. ``mode="code"`` (an MCP session in code mode) offers
         ``run_program`` alone. One read prepares it (the agent, its offer, the workspace
-        policy, the custom tool ``name`` means, the call id: tests/mcp/test_call_reads.py);
+        policy, the custom tool ``name`` means, the call id: tests/mcp/test_call_reads.py,
+        docs/decisions/402-an-mcp-call-reads-twice.md);
         ``on_status`` is then told the tool's status line, if it has one, before it runs."""
         principal.require("invoke")
         check_ids(who)

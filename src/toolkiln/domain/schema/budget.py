@@ -177,7 +177,8 @@ def _with_globals(fn: Any, names: dict[str, Any]) -> Any:
 # ``patternProperties`` search themselves; ``additionalProperties`` and
 # ``unevaluatedProperties`` through two helpers of jsonschema._utils, copied the same way).
 # jsonschema itself is not changed, for its other users in the process (the MCP SDK's). A
-# test fails when jsonschema searches anywhere else (tests/security/test_schema_patterns.py).
+# test fails when jsonschema searches anywhere else (tests/security/test_schema_patterns.py;
+# docs/decisions/401-jsonschema-searches-through-copies.md).
 SEARCHING_RE = _SearchingRe()
 SEARCHING_HELPERS = ("find_additional_properties", "find_evaluated_property_keys_by_schema")
 _UTILS: dict[str, Any] = {**vars(_utils), "re": SEARCHING_RE}

@@ -406,7 +406,7 @@ def main() -> None:
     # Descriptor 2 is the host's pipe until the hello: what set-up writes there (a failed
     # import, say) tells the host why it ended. From the hello on it is /dev/null, so that
     # nothing the template or a child writes there waits for a reader
-    # (tests/sandbox/test_template_start.py).
+    # (tests/sandbox/test_template_start.py; docs/decisions/403-a-templates-stderr.md).
     quiet = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
     # What the template was started with names host paths (the repository, the venv, the
     # data directory) and holds its whole configuration; every child would show it to the
