@@ -149,7 +149,8 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 class PatternProcesses:
-    """The searcher a schema check uses (``domain.schema.budget.use_searcher``)."""
+    """The searcher of a tool's schema patterns, given to the checks by app.py
+    (``domain.schema.budget.Searcher``)."""
 
     def __init__(self) -> None:
         self._idle: list[_Process] = []
