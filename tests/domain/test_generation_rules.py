@@ -8,6 +8,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from toolkiln.domain.analysis import Analysis
 from toolkiln.domain.generation import as_expect, parse_proposal
 from toolkiln.domain.tools import validate_draft
 
@@ -38,7 +39,7 @@ def test_any_json_arguments_give_a_proposal_or_problems(raw: object) -> None:
     assert (proposal is None) == bool(problems)
     assert all(isinstance(p["field"], str) and isinstance(p["message"], str) for p in problems)
     if proposal is not None:
-        validate_draft(proposal.draft, 30000)  # never raises either
+        validate_draft(proposal.draft, 30000, Analysis(), None)  # never raises either
         for example in proposal.examples:
             assert isinstance(example["input"], dict)
 
