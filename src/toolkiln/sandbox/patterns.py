@@ -11,7 +11,11 @@ the process. Semantics are ``re``'s, exactly as jsonschema's.
 
 One process per search at the moment, at most RUNNING at once (made on demand by one
 long-lived thread, ~20-30 ms, not counted as the value's time; up to IDLE_KEPT kept for the
-next).
+next). They are shared between workspaces as the sandbox's workers are (``fair.FairShare``):
+a free one goes to the waiting search whose workspace holds fewest, and a workspace holds at
+most all but one, so a workspace whose patterns run until their time is up cannot make
+another's wait past WAIT_S (its saves refused as too slow to compile:
+tests/security/test_pattern_share.py). A check names its workspace by ``for_workspace``.
 A process that overran, answered out of step or died is killed and never reused.
 """
 
@@ -30,6 +34,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from toolkiln.domain.schema.budget import OutOfTime, Unmatchable
+from toolkiln.sandbox.fair import FairShare
 
 log = logging.getLogger("toolkiln.sandbox")
 IDLE_KEPT = 4
@@ -157,26 +162,30 @@ class PatternProcesses:
         self._lock = threading.Lock()
         self._closed = False
         self.started = 0  # processes started (tests read it)
-        self._running = threading.BoundedSemaphore(RUNNING)
+        self._running = FairShare(RUNNING)
         # Processes are started by one thread that lives as long as the pool: the kernel's
         # parent-death signal follows the thread that forked, and a request's thread ends.
         self._spawner = ThreadPoolExecutor(1, thread_name_prefix="toolkiln-patterns")
 
-    def search(self, pattern: str, text: str, deadline: float) -> bool:
-        answer = self._ask("s", pattern, text, deadline)
+    def for_workspace(self, workspace_id: str) -> _ForWorkspace:
+        """This pool's searches, taking turns as ``workspace_id``'s."""
+        return _ForWorkspace(self, workspace_id)
+
+    def search(self, pattern: str, text: str, deadline: float, workspace: str = "") -> bool:
+        answer = self._ask("s", pattern, text, deadline, workspace)
         if answer.startswith(b"E"):
             why = answer[1:].decode("ascii", "replace")[:300]
             raise Unmatchable(f"{pattern[:200]!r} cannot be matched: {why}")
         return answer == b"1"
 
-    def compiles(self, text: str, deadline: float) -> bool:
-        return self._ask("c", "", text, deadline) == b"1"
+    def compiles(self, text: str, deadline: float, workspace: str = "") -> bool:
+        return self._ask("c", "", text, deadline, workspace) == b"1"
 
-    def _ask(self, op: str, pattern: str, text: str, deadline: float) -> bytes:
+    def _ask(self, op: str, pattern: str, text: str, deadline: float, workspace: str) -> bytes:
         started = time.monotonic()
         if started >= deadline:
             raise OutOfTime
-        if not self._running.acquire(timeout=WAIT_S):
+        if not self._running.acquire(workspace, started + WAIT_S):
             raise OutOfTime
         try:
             try:
@@ -200,7 +209,7 @@ class PatternProcesses:
             finally:
                 self._give_back(process, keep)
         finally:
-            self._running.release()
+            self._running.release(workspace)
 
     def _take(self) -> _Process:
         with self._lock:
@@ -235,6 +244,21 @@ class PatternProcesses:
         for process in idle:
             process.kill()
         self._spawner.shutdown(wait=False)
+
+
+class _ForWorkspace:
+    """A pool's searcher for one workspace's checks."""
+
+    __slots__ = ("_pool", "_workspace")
+
+    def __init__(self, pool: PatternProcesses, workspace: str) -> None:
+        self._pool, self._workspace = pool, workspace
+
+    def search(self, pattern: str, text: str, deadline: float) -> bool:
+        return self._pool.search(pattern, text, deadline, self._workspace)
+
+    def compiles(self, text: str, deadline: float) -> bool:
+        return self._pool.compiles(text, deadline, self._workspace)
 
 
 _SHARED: PatternProcesses | None = None

@@ -32,7 +32,7 @@ from toolkiln.domain.origin import Offer, Origin
 from toolkiln.domain.problems import problem
 from toolkiln.domain.records import Policy
 from toolkiln.domain.results import Result, error, refused
-from toolkiln.domain.schema.budget import Searcher
+from toolkiln.domain.schema.budget import Searcher, on_behalf_of
 from toolkiln.domain.schema.validation import InputValidator, compile_validator, input_problems
 from toolkiln.domain.tools import Tool
 from toolkiln.services import tracing
@@ -211,7 +211,8 @@ class Router:
     ) -> Result:
         result: Result | None = None
         try:
-            if problems := input_problems(compile_validator(schema, self._searcher), payload):
+            searcher = on_behalf_of(self._searcher, origin.workspace_id)
+            if problems := input_problems(compile_validator(schema, searcher), payload):
                 err = error(
                     "invalid_input", "The input does not match the tool's schema.", problems
                 )
@@ -449,7 +450,9 @@ class Router:
             if found is not None:
                 self._compiled_cache.move_to_end(key)
                 return found
-        made = compile_validator(tool.definition.input_schema, self._searcher)
+        made = compile_validator(
+            tool.definition.input_schema, on_behalf_of(self._searcher, tool.workspace_id)
+        )
         with self._lock:
             self._compiled_cache[key] = made
             while len(self._compiled_cache) > 1024:

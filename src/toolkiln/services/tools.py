@@ -13,7 +13,7 @@ from toolkiln.domain.ids import new_id, utcnow
 from toolkiln.domain.opaque import Positions
 from toolkiln.domain.problems import text_problems
 from toolkiln.domain.records import AuditRow, Page
-from toolkiln.domain.schema.budget import Searcher
+from toolkiln.domain.schema.budget import Searcher, on_behalf_of
 from toolkiln.domain.stats import WINDOWS, span_of, summary
 from toolkiln.domain.testcases import CaseSpec, check_test_cases
 from toolkiln.domain.tools import (
@@ -101,7 +101,8 @@ class ToolService:
             ceiling = tx.workspaces.policy(workspace_id).max_timeout_ms
         d = draft.definition
         analysis = self._analyser.analyse(d.language, d.code, workspace_id)
-        definition, problems = validate_draft(draft, ceiling, analysis, self._searcher)
+        searcher = on_behalf_of(self._searcher, workspace_id)
+        definition, problems = validate_draft(draft, ceiling, analysis, searcher)
         if problems:
             raise InvalidTool(problems)
         return definition, analysis
@@ -256,7 +257,8 @@ class ToolService:
         """What the change (``draft``: the tool with it applied; ``analysis``: of its code)
         would write, or InvalidTool."""
         ceiling = tx.workspaces.policy(current.workspace_id).max_timeout_ms
-        definition, problems = validate_draft(draft, ceiling, analysis, self._searcher)
+        searcher = on_behalf_of(self._searcher, current.workspace_id)
+        definition, problems = validate_draft(draft, ceiling, analysis, searcher)
         if problems:
             raise InvalidTool(problems)
         if draft.name != current.name and tx.tools.name_taken(

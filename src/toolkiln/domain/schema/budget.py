@@ -101,6 +101,14 @@ class Searcher(Protocol):
     def compiles(self, text: str, deadline: float) -> bool: ...
 
 
+def on_behalf_of(searcher: Searcher | None, workspace_id: str) -> Searcher | None:
+    """``searcher`` for one workspace's schemas and values, where it shares its work between
+    workspaces (``for_workspace``: sandbox/patterns.py; tests/security/test_pattern_share.py);
+    else ``searcher`` itself."""
+    bind = getattr(searcher, "for_workspace", None)
+    return bind(workspace_id) if bind is not None else searcher
+
+
 _INLINE_MULTILINE = re.compile(r"\(\?[aiLmsux-]*m")
 
 
