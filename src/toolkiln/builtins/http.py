@@ -12,10 +12,10 @@ cap, within the call's deadline, and any secret value it echoes is masked. docs/
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import ssl
-import threading
 import time
 from typing import Any
 
@@ -27,6 +27,7 @@ from toolkiln import logs
 from toolkiln.builtins import reach
 from toolkiln.domain.builtin import BuiltinCall, BuiltinFailure, BuiltinSpec
 from toolkiln.domain.egress import Target, allowed, denied, normal_host, rules_of, target_of
+from toolkiln.domain.fair import FairShare
 from toolkiln.domain.problems import scrub, scrub_all
 from toolkiln.domain.secrets import Secret, fill, names_in
 from toolkiln.outbound import lookup
@@ -84,7 +85,7 @@ class HttpRequest:
         secrets: SecretSource,
         *,
         context: ssl.SSLContext | None = None,
-        resolve: reach.Resolve = lookup.resolve,
+        resolve: reach.Resolve | None = None,
         network: httpcore.NetworkBackend | None = None,
         max_answer_bytes: int = MAX_ANSWER_BYTES,
         at_once: int = MAX_AT_ONCE,
@@ -94,7 +95,10 @@ class HttpRequest:
         self._resolve = resolve
         self._network = network
         self._max_answer = max_answer_bytes
-        self._slots = threading.BoundedSemaphore(at_once)
+        # Shared between workspaces fairly, as is each name's lookup (outbound/lookup.py):
+        # a workspace's requests to a server that answers slowly hold at most all slots but
+        # one (tests/security/test_lookup_share.py).
+        self._slots = FairShare(at_once)
 
     def call(self, payload: dict[str, Any], call: BuiltinCall) -> dict[str, Any]:
         attributes = {"http.request.method": str(payload.get("method", ""))}
@@ -154,9 +158,8 @@ class HttpRequest:
         secrets = self._secrets_for(call.workspace_id, list(dict.fromkeys(named)), first)
         until, callers = call.until(payload.get("timeout_ms", DEFAULT_TIMEOUT_MS) / 1000)
         body = _body(payload)
-        backend = reach.GuardedBackend(
-            until, call.policy.egress_private, self._resolve, self._network
-        )
+        resolve = self._resolve or functools.partial(lookup.resolve, workspace=call.workspace_id)
+        backend = reach.GuardedBackend(until, call.policy.egress_private, resolve, self._network)
         transport = capped_transport(
             max_bytes=self._max_answer,
             total_s=max(0.001, until - time.monotonic()),
@@ -165,7 +168,7 @@ class HttpRequest:
             ssl_context=self._context,
         )
         url, target, method = fill(payload["url"], secrets), first, payload["method"]
-        if not self._slots.acquire(timeout=max(0.0, until - time.monotonic())):
+        if not self._slots.acquire(call.workspace_id, until):
             raise BuiltinFailure("busy", "Too many requests are under way; try again.")
         try:
             with transport, within(until):
@@ -190,7 +193,7 @@ class HttpRequest:
                     {"host": target.host, "reason": "redirects"},
                 )
         finally:
-            self._slots.release()
+            self._slots.release(call.workspace_id)
             if secrets:
                 self._secrets.used(call.workspace_id, sorted(secrets))
 

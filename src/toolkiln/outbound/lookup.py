@@ -8,6 +8,13 @@ own timeouts (5 s a try, two tries, each nameserver in turn), past the calling t
 only until its deadline: a lookup that never ends holds one of those threads, never the
 call, and lookups beyond them queue under the same deadline. A literal address is not
 looked up at all.
+
+Names a workspace chooses (``http_request``'s hosts) are looked up on threads of their own,
+shared between workspaces fairly (``domain.fair``): a workspace whose names never resolve
+holds at most all of them but one, each until the resolver gives up, and never the threads
+that look up the service's own peers (tests/security/test_lookup_share.py: a workspace's
+lookups of a zone whose name server never answered held the four threads every lookup
+shared, and another workspace's ``http_request`` to a name answered at once timed out).
 """
 
 from __future__ import annotations
@@ -20,9 +27,14 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, TypeVar
 
+from toolkiln.domain.fair import FairShare
+
 RESOLVERS = 4  # lookups at once; the ones that hang keep a thread each until the resolver gives up
+WORKSPACE_RESOLVERS = 16  # lookups of names workspaces chose, at once, shared fairly
 
 _pool = ThreadPoolExecutor(RESOLVERS, thread_name_prefix="toolkiln-dns")
+_workspace_pool = ThreadPoolExecutor(WORKSPACE_RESOLVERS, thread_name_prefix="toolkiln-dns-ws")
+_workspace_share = FairShare(WORKSPACE_RESOLVERS)
 
 T = TypeVar("T")
 Address = tuple[int, int, int, tuple[str, int] | tuple[str, int, int, int]]
@@ -32,15 +44,20 @@ class LookupTimeout(TimeoutError):
     """The name was not resolved before the deadline."""
 
 
-def resolve(host: str, port: int, until: float) -> list[Address]:
+def resolve(host: str, port: int, until: float, workspace: str | None = None) -> list[Address]:
     """The TCP addresses of ``host`` as ``(family, type, proto, sockaddr)``, in the
     resolver's order; ``LookupTimeout`` once ``until`` (``time.monotonic()``) passes, an
-    ``OSError`` when the name does not resolve."""
+    ``OSError`` when the name does not resolve. ``workspace``: the workspace that chose the
+    name (its lookups take their turn among the workspaces'); None for the service's own
+    peers."""
     flags = socket.AI_NUMERICHOST if _is_literal(host) else 0
     if flags:
         return _addresses(socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM, 0, flags))
+    args = (host, port, 0, socket.SOCK_STREAM)
     try:
-        return _addresses(_bounded(socket.getaddrinfo, until, host, port, 0, socket.SOCK_STREAM))
+        if workspace is None:
+            return _addresses(_bounded(socket.getaddrinfo, until, *args))
+        return _addresses(_shared(workspace, socket.getaddrinfo, until, *args))
     except LookupTimeout:
         raise LookupTimeout(f"looking up {host!r} took longer than the time left") from None
 
@@ -104,6 +121,30 @@ def _bounded(fn: Callable[..., T], until: float, *args: Any) -> T:
         return lookup.result(timeout=left)
     except FutureTimeout:
         lookup.cancel()  # still queued: never run; running: its thread finishes on its own
+        raise LookupTimeout("a name lookup took longer than the time left") from None
+
+
+def _shared(workspace: str, fn: Callable[..., T], until: float, *args: Any) -> T:
+    """``fn`` on a thread of the workspaces' pool once this workspace's turn comes, within
+    ``until``; its place is held until ``fn`` itself returns, not until the caller stops
+    waiting (a lookup that hangs holds its thread so long)."""
+    if not _workspace_share.acquire(workspace, until):
+        raise LookupTimeout("no turn for a name lookup within the time left")
+
+    def run() -> T:
+        try:
+            return fn(*args)
+        finally:
+            _workspace_share.release(workspace)
+
+    try:
+        lookup = _workspace_pool.submit(run)
+    except BaseException:
+        _workspace_share.release(workspace)
+        raise
+    try:
+        return lookup.result(timeout=max(0.0, until - time.monotonic()))
+    except FutureTimeout:
         raise LookupTimeout("a name lookup took longer than the time left") from None
 
 

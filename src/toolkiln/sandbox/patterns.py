@@ -33,8 +33,8 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from toolkiln.domain.fair import FairShare
 from toolkiln.domain.schema.budget import OutOfTime, Unmatchable
-from toolkiln.sandbox.fair import FairShare
 
 log = logging.getLogger("toolkiln.sandbox")
 IDLE_KEPT = 4
