@@ -29,7 +29,7 @@ from toolkiln.domain.builtin import BuiltinCall, BuiltinFailure, BuiltinSpec
 from toolkiln.domain.egress import Target, allowed, denied, normal_host, rules_of, target_of
 from toolkiln.domain.fair import FairShare
 from toolkiln.domain.problems import scrub, scrub_all
-from toolkiln.domain.secrets import Secret, fill, names_in
+from toolkiln.domain.secrets import MAX_VALUE_CHARS, Secret, fill, names_in
 from toolkiln.outbound import lookup
 from toolkiln.outbound.http import Compressed, cap_of, capped_transport, within
 from toolkiln.services import tracing
@@ -267,7 +267,13 @@ class HttpRequest:
         finally:
             response.close()
         audit["bytes"] = len(raw)
-        text = _mask(raw.decode("utf-8", errors="replace"), secrets)
+        text = raw.decode("utf-8", errors="replace")
+        if truncated and secrets:
+            # A secret the answer echoes across the cut has no whole value left to mask: all
+            # but its cut part would be shown. The text ends a secret's longest length short
+            # of the cut, whatever it holds (tests/security/test_secret_at_the_cut.py).
+            text = text[: max(0, len(text) - (MAX_VALUE_CHARS - 1))]
+        text = _mask(text, secrets)
         out: dict[str, Any] = {
             "status": response.status_code,
             "headers": _shown_headers(response.headers, secrets),
@@ -383,7 +389,7 @@ def _shown_headers(headers: httpx.Headers, secrets: dict[str, Secret]) -> dict[s
     out: dict[str, str] = {}
     for name, value in list(headers.multi_items())[:100]:
         key = scrub(name.lower()[:256])
-        shown = scrub(_mask(value[:8192], secrets))
+        shown = scrub(_mask(value, secrets)[:8192])  # masked, then cut: never in part
         out[key] = f"{out[key]}, {shown}" if key in out else shown
     return out
 
