@@ -177,7 +177,10 @@ def _ts_type(node: Any, depth: int) -> str:
     kind = node.get("type")
     if isinstance(kind, list):
         return " | ".join(_ts_type({**node, "type": k}, depth) for k in kind)
-    if kind == "object" or "properties" in node:
+    # Only an object (named, or a node without a type) declares its properties: each of a
+    # type list's types declared them again, 7**depth times for a list of all seven
+    # (tests/security/test_code_mode_declarations.py).
+    if kind == "object" or (kind is None and "properties" in node):
         props = node.get("properties") or {}
         if not props:
             return "Record<string, any>"
