@@ -8,6 +8,7 @@ scopes, enablement and audit as the REST API.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -81,10 +82,16 @@ class Listeners:
         self.sessions: dict[int, tuple[Any, str]] = {}
 
     def remember(self, session: Any, workspace_id: str) -> None:
+        """Past the cap, the oldest session of the workspace holding the most is forgotten:
+        a workspace's sessions push out its own, never another's (oldest of all first, until
+        2026-12-06, and a tenant opening MAX_SESSIONS sessions left another's clients
+        untold: tests/security/test_mcp_sessions_share.py)."""
         self.sessions.pop(id(session), None)
         self.sessions[id(session)] = (session, workspace_id)
         while len(self.sessions) > MAX_SESSIONS:
-            self.sessions.pop(next(iter(self.sessions)))
+            held = Counter(ws for _, ws in self.sessions.values())
+            most = max(held, key=held.__getitem__)
+            self.sessions.pop(next(k for k, (_, ws) in self.sessions.items() if ws == most))
 
     def listen_handler(self, workspace_id: str) -> ListenHandler:
         """The SDK's ``subscriptions/listen`` handler over this workspace's own bus."""

@@ -1,0 +1,68 @@
+"""Class: one workspace cannot make another's MCP clients miss what they must be told.
+
+A handshake-era MCP session that listed tools is told when its agent's tool list changes;
+the service remembers at most ``MAX_SESSIONS`` such sessions, the oldest forgotten first.
+Workspace A opening more sessions than that (each an initialize and a tools/list) made the
+service forget workspace B's session, which was then never told of B's own changes. The
+sessions a workspace opens push out only its own.
+
+Real MCP over HTTP (the SDK's client) against the service on a real uvicorn.
+"""
+
+from __future__ import annotations
+
+import anyio
+import httpx2
+import pytest
+from mcp.client.session import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+from tests.security.test_mcp_scoping import Counter, Live, Side, _add_tool, _in_thread, live
+from toolkiln.mcp_server import server
+
+__all__ = ["live"]
+FLOOD = 40  # A's sessions, over a cap made this small for the test
+
+
+def test_a_flood_of_sessions_leaves_another_workspace_told(
+    live: Live, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(server, "MAX_SESSIONS", FLOOD // 2)
+    heard = Counter()
+
+    async def on_message(message: object) -> None:
+        if type(getattr(message, "root", message)).__name__ == "ToolListChangedNotification":
+            heard.seen()
+
+    async def listed_once(side: Side) -> None:
+        headers = {"Authorization": f"Bearer {side.token}"}
+        async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
+            url = f"{live.base}/mcp/agents/{side.agent_id}"
+            async with streamable_http_client(url, http_client=http) as (read, write, *_):
+                async with ClientSession(read, write) as s:
+                    await s.initialize()
+                    await s.list_tools()
+
+    async def b_session(ready: anyio.Event, done: anyio.Event) -> None:
+        headers = {"Authorization": f"Bearer {live.y.token}"}
+        async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
+            url = f"{live.base}/mcp/agents/{live.y.agent_id}"
+            async with streamable_http_client(url, http_client=http) as (read, write, *_):
+                async with ClientSession(read, write, message_handler=on_message) as s:
+                    await s.initialize()
+                    await s.list_tools()
+                    ready.set()
+                    await done.wait()
+
+    async def run() -> None:
+        ready, done = anyio.Event(), anyio.Event()
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(b_session, ready, done)
+            await ready.wait()
+            for _ in range(FLOOD):
+                await listed_once(live.x)
+            await _in_thread(lambda: _add_tool(live, live.y, "y-after-flood"))
+            await heard.wait_for(1, "B's client was not told of B's change")
+            done.set()
+
+    anyio.run(run)
