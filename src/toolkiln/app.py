@@ -39,6 +39,7 @@ from toolkiln.services.background import Loop, Supervisor
 from toolkiln.services.container import Services
 from toolkiln.services.dispatch import Builtins
 from toolkiln.services.files import FileService
+from toolkiln.services.files import pruner as files_pruner
 from toolkiln.services.generate import GenerateService
 from toolkiln.services.invoke import DraftRunner, InvokeService
 from toolkiln.services.outbox import OutboxService
@@ -82,9 +83,12 @@ class Runtime:
 
     def loops(self) -> dict[str, Loop]:
         """The background loops a long-running process of this runtime keeps (``serve``,
-        ``mcp``), besides the MCP watcher: the stats' pruning; on SQLite, the WAL
-        checkpoint."""
-        found: dict[str, Loop] = {"stats.prune": stats.pruner(self.database.transaction)}
+        ``mcp``), besides the MCP watcher: the pruning of stats and expired files; on SQLite,
+        the WAL checkpoint."""
+        found: dict[str, Loop] = {
+            "stats.prune": stats.pruner(self.database.transaction),
+            "files.prune": files_pruner(self.services.files),
+        }
         if self.database.is_sqlite:
             found["storage.checkpoint"] = self.database.checkpointer
         return found
@@ -165,7 +169,13 @@ def build(
     uow = database.transaction
     signing_key = _signing_key(settings, database)
     logs.protect(signing_key.decode())
-    files = FileService(uow, signing_key, settings.resolved_public_url())
+    files = FileService(
+        uow,
+        signing_key,
+        settings.resolved_public_url(),
+        quota_bytes=settings.files_per_workspace_mb * 1024 * 1024,
+        quota_files=settings.files_per_workspace,
+    )
     observer = CallMetrics(lambda: database.problem() is None)
     runs = Runs(uow, runners, observer)
     places = Places(

@@ -117,6 +117,8 @@ class Settings(SandboxSettings):
     llm_max_answer_bytes: int = Field(LLM_ANSWER_BYTES, ge=64 * 1024, le=256 * 1024 * 1024)
     long_work_per_workspace: int = Field(places.PER_WORKSPACE, ge=1, le=256)
     long_work_total: int = Field(places.TOTAL, ge=1, le=1024)
+    files_per_workspace_mb: int = Field(256, ge=1, le=1024 * 1024)
+    files_per_workspace: int = Field(10_000, ge=1, le=10_000_000)
     long_work_retry_after_s: int = Field(places.RETRY_AFTER_S, ge=1, le=3600)
     secrets_keys: SecretStr | None = None
     egress_ca_file: Path | None = None

@@ -13,6 +13,7 @@ from toolkiln.services.files import (
     MAX_FILE_BYTES,
     MIME_TYPE_PATTERN,
     FileService,
+    QuotaExceeded,
     safe_filename,
 )
 
@@ -71,5 +72,8 @@ class SurfaceFile:
             or "application/octet-stream"
         )
         call.cost["bytes"] = len(data)
-        stored = self._files.store(call.workspace_id, filename, data, mime)
+        try:
+            stored = self._files.store(call.workspace_id, filename, data, mime)
+        except QuotaExceeded as exc:
+            raise BuiltinFailure("quota_exceeded", str(exc)) from None
         return {**stored, "expires_at": rfc3339(stored["expires_at"])}

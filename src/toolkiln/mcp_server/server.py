@@ -83,9 +83,8 @@ class Listeners:
 
     def remember(self, session: Any, workspace_id: str) -> None:
         """Past the cap, the oldest session of the workspace holding the most is forgotten:
-        a workspace's sessions push out its own, never another's (oldest of all first, until
-        2026-12-06, and a tenant opening MAX_SESSIONS sessions left another's clients
-        untold: tests/security/test_mcp_sessions_share.py)."""
+        a workspace's sessions push out its own, never another's
+        (tests/security/test_mcp_sessions_share.py)."""
         self.sessions.pop(id(session), None)
         self.sessions[id(session)] = (session, workspace_id)
         while len(self.sessions) > MAX_SESSIONS:

@@ -90,3 +90,20 @@ class ChangeFeed(Protocol):
     async def wait(self, timeout_s: float) -> None: ...
 
     async def aclose(self) -> None: ...
+
+
+def periodic(task: Callable[[], int], every_s: float, done: str, logger: logging.Logger) -> Loop:
+    """A loop that runs ``task`` (blocking; it answers how much it did) at start and then
+    every ``every_s``, on a thread of its own (never queued behind requests for the shared
+    threads), logging ``done % count`` when it did something."""
+
+    async def loop(healthy: Callable[[], None]) -> None:
+        own = anyio.CapacityLimiter(1)
+        while True:
+            count = await anyio.to_thread.run_sync(task, limiter=own)
+            if count:
+                logger.info(done, count)
+            healthy()
+            await anyio.sleep(every_s)
+
+    return loop

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import re
 import time
 from dataclasses import dataclass
@@ -15,10 +16,18 @@ from typing import Any
 
 from toolkiln.domain.errors import Forbidden, NotFound
 from toolkiln.domain.ids import new_id, utcnow
+from toolkiln.services.background import Loop, periodic
 from toolkiln.services.ports import UnitOfWorkFactory
+
+log = logging.getLogger("toolkiln.files")
 
 MAX_FILE_BYTES = 10 * 1024 * 1024
 DEFAULT_TTL_S = 3600
+# What one workspace may hold in files whose link has not expired (expired ones are deleted
+# by ``pruner``): a workspace cannot fill the database the others share.
+QUOTA_BYTES = 256 * 1024 * 1024
+QUOTA_FILES = 10_000
+PRUNE_EVERY_S = 600.0
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._ -]")
 # A media type as RFC 6838 names them (ASCII letters, digits and its few marks), so that it
 # goes into a Content-Type header as it is: "text/plain\n" or "text/文字" passed a pattern of
@@ -36,11 +45,24 @@ class ServedFile:
     mime_type: str
 
 
+class QuotaExceeded(Exception):
+    """The workspace holds its quota of files whose links have not expired."""
+
+
 class FileService:
-    def __init__(self, uow: UnitOfWorkFactory, key: bytes, base_url: str = "") -> None:
+    def __init__(
+        self,
+        uow: UnitOfWorkFactory,
+        key: bytes,
+        base_url: str = "",
+        quota_bytes: int = QUOTA_BYTES,
+        quota_files: int = QUOTA_FILES,
+    ) -> None:
         self._uow = uow
         self._key = key
         self._base_url = base_url.rstrip("/")
+        self.quota_bytes = quota_bytes
+        self.quota_files = quota_files
 
     def _sig(self, file_id: str, expires: int) -> str:
         return hmac.new(self._key, f"{file_id}.{expires}".encode(), hashlib.sha256).hexdigest()
@@ -57,6 +79,14 @@ class FileService:
         now = utcnow()
         expires_at = now + timedelta(seconds=ttl_s)
         with self._uow() as tx:
+            count, size = tx.files.held(workspace_id, now)
+            # Checked, then written: calls storing at once may pass it together (each by
+            # at most one file). tests/security/test_file_quota.py.
+            if count + 1 > self.quota_files or size + len(content) > self.quota_bytes:
+                raise QuotaExceeded(
+                    f"this workspace holds {count} files of {size} bytes whose links have not "
+                    f"expired; its quota is {self.quota_files} files and {self.quota_bytes} bytes"
+                )
             tx.files.add(
                 {
                     "id": file_id,
@@ -95,6 +125,11 @@ class FileService:
         return ServedFile(
             bytes(record["content"]), record["filename"], served_type(record["mime_type"])
         )
+
+    def prune(self, before: datetime | None = None) -> int:
+        """Delete the files whose link has expired (before ``before``, now); how many."""
+        with self._uow() as tx:
+            return tx.files.prune(before)
 
 
 # What a stored file is served as: a type no browser runs, whatever loads it (a script or
@@ -149,3 +184,9 @@ def safe_filename(name: str) -> str:
     base = name.replace("\\", "/").rsplit("/", 1)[-1]
     cleaned = _SAFE_NAME.sub("_", base).strip(" .")
     return cleaned[:120] or "file"
+
+
+def pruner(files: FileService, every_s: float = PRUNE_EVERY_S) -> Loop:
+    """A loop (``services.background``) that deletes expired files at start and then every
+    ``every_s``. Every replica runs one; a deletion another made already deletes nothing."""
+    return periodic(files.prune, every_s, "deleted %d files whose links had expired", log)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
+from datetime import datetime
 from typing import Any, Protocol
 
 from toolkiln.domain.analysis import Analysis
@@ -95,6 +96,8 @@ class OutboxRepo(Protocol):
 class FileRepo(Protocol):
     def add(self, record: dict[str, Any]) -> None: ...
     def get(self, file_id: str) -> dict[str, Any] | None: ...
+    def held(self, workspace_id: str, now: datetime) -> tuple[int, int]: ...
+    def prune(self, before: datetime | None = None) -> int: ...
 
 
 class AgentRepo(Protocol):

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-
-import anyio
 
 from toolkiln.domain.ids import utcnow
 from toolkiln.domain.stats import KEPT_MINUTES, minute_of
-from toolkiln.services.background import Loop
+from toolkiln.services.background import Loop, periodic
 from toolkiln.services.ports import UnitOfWorkFactory
 
 log = logging.getLogger("toolkiln.stats")
@@ -25,14 +22,9 @@ def prune(uow: UnitOfWorkFactory) -> int:
 def pruner(uow: UnitOfWorkFactory, every_s: float = PRUNE_EVERY_S) -> Loop:
     """A loop (``services.background``) that prunes at start and then every ``every_s``.
     Every replica runs one; a deletion another already made deletes nothing."""
-
-    async def loop(healthy: Callable[[], None]) -> None:
-        own = anyio.CapacityLimiter(1)  # not queued behind requests for the shared threads
-        while True:
-            gone = await anyio.to_thread.run_sync(prune, uow, limiter=own)
-            if gone:
-                log.info("deleted %d rows of call stats older than the longest window", gone)
-            healthy()
-            await anyio.sleep(every_s)
-
-    return loop
+    return periodic(
+        lambda: prune(uow),
+        every_s,
+        "deleted %d rows of call stats older than the longest window",
+        log,
+    )

@@ -28,6 +28,7 @@ from toolkiln.domain.tools import (
     Tool,
     ToolVersion,
 )
+from toolkiln.storage.files_repo import SqlFiles
 from toolkiln.storage.moments import utc as _utc
 from toolkiln.storage.prepared import Prepared
 from toolkiln.storage.secrets_repo import SqlSecrets
@@ -36,7 +37,6 @@ from toolkiln.storage.tables import (
     agent_tools,
     agents,
     audit,
-    files,
     outbox,
     tokens,
     tool_calls,
@@ -494,23 +494,6 @@ class SqlOutbox:
             row["created_at"] = _utc(row["created_at"])
             rows.append(row)
         return rows
-
-
-class SqlFiles:
-    def __init__(self, conn: Connection) -> None:
-        self._c = conn
-
-    def add(self, record: dict[str, Any]) -> None:
-        self._c.execute(files.insert().values(**record))
-
-    def get(self, file_id: str) -> dict[str, Any] | None:
-        r = self._c.execute(files.select().where(files.c.id == file_id)).mappings().first()
-        if r is None:
-            return None
-        row = dict(r)
-        row["expires_at"] = _utc(row["expires_at"])
-        row["created_at"] = _utc(row["created_at"])
-        return row
 
 
 class SqlAgents:
