@@ -53,6 +53,43 @@ class SandboxSettings(BaseSettings):
     sandbox_insecure: bool = False
     sandbox_js_workers: int = Field(3, ge=1, le=64)
     log_format: Literal["text", "json"] = "text"
+    # Isolation layers whose absence the operator accepts (sandbox/layers.py), comma-separated.
+    sandbox_accept: str = ""
+    # A cgroup delegated to the runner's user, below each controller's root (v1) or the
+    # unified root (v2); empty: the root itself (a runner that is the host's root).
+    sandbox_cgroup: str = ""
+    # An unprivileged runner's user namespace: START:COUNT of its /etc/subuid and
+    # /etc/subgid ranges (unset: its first range in each).
+    sandbox_subuids: str | None = None
+
+    @field_validator("sandbox_accept")
+    @classmethod
+    def _accept(cls, value: str) -> str:
+        from toolkiln.sandbox.layers import parse_accept
+
+        return ",".join(parse_accept(value))
+
+    @field_validator("sandbox_cgroup")
+    @classmethod
+    def _cgroup(cls, value: str) -> str:
+        parts = [p for p in value.strip("/").split("/") if p]
+        if any(p in (".", "..") for p in parts):
+            raise ValueError("must be a path below the cgroup roots, without . or ..")
+        return "/".join(parts)
+
+    @field_validator("sandbox_subuids")
+    @classmethod
+    def _subuids(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        start, _, count = value.partition(":")
+        if not (start.isdigit() and count.isdigit() and int(count) > 0):
+            raise ValueError("must be START:COUNT, a range of /etc/subuid and /etc/subgid")
+        return value
+
+    @property
+    def accepted_layers(self) -> tuple[str, ...]:
+        return tuple(n for n in self.sandbox_accept.split(",") if n)
 
     @property
     def packages_dir(self) -> Path:
@@ -71,6 +108,9 @@ class SandboxSettings(BaseSettings):
             "TOOLKILN_SANDBOX_INSECURE": "true" if self.sandbox_insecure else "false",
             "TOOLKILN_SANDBOX_JS_WORKERS": str(self.sandbox_js_workers),
             "TOOLKILN_LOG_FORMAT": self.log_format,
+            "TOOLKILN_SANDBOX_ACCEPT": self.sandbox_accept,
+            "TOOLKILN_SANDBOX_CGROUP": self.sandbox_cgroup,
+            **({"TOOLKILN_SANDBOX_SUBUIDS": self.sandbox_subuids} if self.sandbox_subuids else {}),
         }
 
 

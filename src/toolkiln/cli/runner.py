@@ -10,8 +10,12 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from pydantic import SecretStr, ValidationError
+
+if TYPE_CHECKING:
+    from toolkiln.config import RunnerSettings
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -57,18 +61,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     listen = args.listen or settings.runner_listen
     if not listen:
         return _fail("invalid_setting", "--listen (or TOOLKILN_RUNNER_LISTEN) is required")
+    refusal = _own_namespace(settings)
+    if refusal:
+        return _fail("sandbox_refused", refusal)
     from toolkiln import telemetry
     from toolkiln.runners.process import serve
+    from toolkiln.sandbox.pool import LayerRefused
 
     try:
         telemetry.configure()  # off without OTEL_* settings
         serve(listen, settings, token, until_closed=sys.stdin.fileno() if args.with_stdin else None)
+    except LayerRefused as exc:
+        return _fail("sandbox_refused", str(exc))
     except Exception as exc:  # a start-up failure is one line, not a traceback
         logging.getLogger("toolkiln.runner").debug("start-up failed", exc_info=exc)
         return _fail("startup_failed", f"{type(exc).__name__}: {exc}")
     finally:
         telemetry.shutdown()
     return 0
+
+
+def _own_namespace(settings: RunnerSettings) -> str | None:
+    """An unprivileged runner makes its own user namespace first, while it has one thread
+    (sandbox/userns.py); what it cannot have without one stops it unless accepted."""
+    from toolkiln.sandbox import userns
+    from toolkiln.sandbox.layers import refused
+
+    if settings.sandbox_insecure or userns.shape() != userns.UNPRIVILEGED:
+        return None
+    missing = userns.enter_own_namespace(settings.sandbox_subuids)
+    stopping = refused(missing, settings.accepted_layers)
+    for m in missing:
+        if m not in stopping:
+            logging.getLogger("toolkiln.runner").warning("accepted: %s", m.refusal())
+    return "; ".join(m.refusal() for m in stopping) or None
 
 
 def _fail(code: str, message: str) -> int:

@@ -37,11 +37,13 @@ def sandboxes_for(settings: SandboxSettings) -> dict[str, Sandbox]:
     cannot start)."""
     limits = Limits(memory_mb=settings.sandbox_memory_mb)
     strict = not settings.sandbox_insecure
+    layers = {"accept": settings.accepted_layers, "cgroup_parent": settings.sandbox_cgroup}
     python = python_sandbox(
         PackageStore(settings.packages_dir),
         limits=limits,
         warm=settings.sandbox_warm,
         strict=strict,
+        **layers,
     )
     try:
         javascript = javascript_sandbox(
@@ -49,6 +51,7 @@ def sandboxes_for(settings: SandboxSettings) -> dict[str, Sandbox]:
             limits=limits,
             warm=settings.sandbox_js_workers,
             strict=strict,
+            **layers,
         )
     except BaseException:
         python.close()

@@ -11,7 +11,9 @@ caps hold for the whole tree of runs of one call.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
+import functools
 import os
 import threading
 import time
@@ -76,7 +78,9 @@ class Handle:
 class Cgroups:
     """Caps each sandboxed child's memory, tasks and CPU, and tells afterwards if it hit OOM."""
 
-    def __init__(self, name: str, memory_bytes: int, pids_max: int, cpus: float = 1.0) -> None:
+    def __init__(
+        self, name: str, memory_bytes: int, pids_max: int, cpus: float = 1.0, parent: str = ""
+    ) -> None:
         self.memory_bytes = memory_bytes
         self.pids_max = pids_max
         self.cpu_quota_us = int(cpus * CPU_PERIOD_US) if cpus > 0 else 0
@@ -92,7 +96,7 @@ class Cgroups:
             self.version = "v2"
             self.cpu = self.cpu_quota_us > 0 and self._v2_has(v2, {"cpu"})
             wanted = "+memory +pids" + (" +cpu" if self.cpu else "")
-            root = v2 / f"toolkiln-{name}"
+            root = v2 / parent / f"toolkiln-{name}"
             root.mkdir(exist_ok=True)
             with contextlib.suppress(OSError):
                 (v2 / "cgroup.subtree_control").write_text(wanted)
@@ -100,10 +104,10 @@ class Cgroups:
             self.roots = [root]
         elif (V1 / "memory" / "cgroup.procs").exists() and (V1 / "pids" / "cgroup.procs").exists():
             self.version = "v1"
-            self.roots = [V1 / "memory" / f"toolkiln-{name}", V1 / "pids" / f"toolkiln-{name}"]
+            self.roots = [V1 / c / parent / f"toolkiln-{name}" for c in ("memory", "pids")]
             self.cpu = self.cpu_quota_us > 0 and (V1 / "cpu" / "cpu.cfs_quota_us").exists()
             if self.cpu:
-                self.roots.append(V1 / "cpu" / f"toolkiln-{name}")
+                self.roots.append(V1 / "cpu" / parent / f"toolkiln-{name}")
             for root in self.roots:
                 root.mkdir(exist_ok=True)
         for root in self.roots:  # what a process of the same name died holding (runner.py)
@@ -265,5 +269,65 @@ class Cgroups:
 
 
 def _put(fd: int, pid: int) -> None:
-    """Move ``pid`` into the cgroup whose ``cgroup.procs`` ``fd`` is open on."""
-    os.write(fd, str(pid).encode())
+    """Move ``pid`` into the cgroup whose ``cgroup.procs`` ``fd`` is open on.
+
+    cgroup v1 lets a process be moved by a descriptor opened by the host's root, or by a
+    writer whose effective uid was the process's own when it opened it. Root of a user
+    namespace is neither for a child that already runs as its call's uid, so this thread
+    (alone: credentials are per thread in the kernel, and raw system calls change only the
+    caller's, unlike libc's) opens the file again as that uid, keeping its capabilities
+    for the open (``SECBIT_NO_SETUID_FIXUP``), and goes back before the write
+    (tests/sandbox/test_rootless.py)."""
+    if not _outside_host_root():
+        os.write(fd, str(pid).encode())
+        return
+    # A new child drops to its uid while the host adopts it: read before the uid changed,
+    # the write is refused (EACCES), and read again it is the new one, which stays.
+    for attempt in range(3):
+        try:
+            _put_as(fd, pid, os.stat(f"/proc/{pid}").st_uid)
+            return
+        except PermissionError:
+            if attempt == 2:
+                raise
+
+
+def _put_as(fd: int, pid: int, uid: int) -> None:
+    _thread_call(_SYS_PRCTL, _PR_SET_SECUREBITS, _SECBIT_NO_SETUID_FIXUP, 0, 0)
+    try:
+        _thread_call(_SYS_SETRESUID, -1, uid, -1)
+        try:
+            again = os.open(f"/proc/self/fd/{fd}", os.O_WRONLY | os.O_CLOEXEC)
+        finally:
+            _thread_call(_SYS_SETRESUID, -1, 0, -1)
+        try:
+            os.write(again, str(pid).encode())
+        finally:
+            os.close(again)
+    finally:
+        _thread_call(_SYS_PRCTL, _PR_SET_SECUREBITS, 0, 0, 0)
+
+
+@functools.cache
+def _outside_host_root() -> bool:
+    """Whether this process is root of a user namespace other than the host's (its uid 0
+    maps to another host uid) rather than the host's root itself."""
+    try:
+        first = Path("/proc/self/uid_map").read_text().split("\n", 1)[0].split()
+    except OSError:
+        return False
+    return os.geteuid() == 0 and first[:2] != ["0", "0"]
+
+
+# x86_64 numbers (seccomp.py allows no other architecture)
+_SYS_SETRESUID, _SYS_PRCTL = 117, 157
+_PR_SET_SECUREBITS, _SECBIT_NO_SETUID_FIXUP = 28, 1 << 2
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+
+
+def _thread_call(number: int, *args: int) -> None:
+    """A system call made directly, so that a credential change is this thread's alone."""
+    if _libc.syscall(ctypes.c_long(number), *(ctypes.c_long(a) for a in args)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"system call {number}: {os.strerror(err)}")

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ from toolkiln.sandbox.cgroups import Cgroups, Handle
 from toolkiln.sandbox.exits import ExitInfo, judge, last_words
 from toolkiln.sandbox.jail import protocol
 from toolkiln.sandbox.jail.config import JailConfig
+from toolkiln.sandbox.layers import Missing, refused
 
 log = logging.getLogger("toolkiln.sandbox")
 TEMPLATE = Path(__file__).parent / "jail" / "template.py"
@@ -42,6 +43,15 @@ READER_JOIN_S = 5.0
 
 class SandboxUnavailable(Exception):
     """The template could not be started with the required isolation, or has died."""
+
+
+class LayerRefused(SandboxUnavailable):
+    """A layer is missing and not accepted: the sandbox does not start. The message names
+    each such layer, how a host gives it, and the setting that accepts its absence."""
+
+    def __init__(self, missing: Iterable[Missing]) -> None:
+        self.missing = tuple(missing)
+        super().__init__("; ".join(m.refusal() for m in self.missing))
 
 
 @dataclass(slots=True)
@@ -113,9 +123,12 @@ class _Generation:
         self.ctl.settimeout(None)
         hello = json.loads(raw) if raw else {}
         self.layers: dict[str, Any] = hello.get("layers", {})
-        self.problems = (
-            list(hello["problems"]) if "problems" in hello else [last_words(self.proc.stderr)]
+        told = (
+            hello["problems"]
+            if "problems" in hello
+            else [("namespaces", last_words(self.proc.stderr))]
         )
+        self.missing = [Missing(str(layer), str(reason)) for layer, reason in told]
         # Never read again: the template and its children write to a closed pipe (EPIPE),
         # so no child can fill it and hold another's write.
         self._close_stderr()
@@ -150,12 +163,19 @@ class Template:
 
     config: JailConfig
     cgroups: Cgroups | None
+    # Why the sandbox has no cgroups (its own start failed), for the refusal.
+    cgroup_problem: str = "no cgroup with memory and pids controllers"
     layers: dict[str, Any] = field(default_factory=dict)
-    problems: list[str] = field(default_factory=list)
+    missing: list[Missing] = field(default_factory=list)  # the layers the host did not give
 
     @property
     def strict(self) -> bool:
         return self.config.strict
+
+    @property
+    def problems(self) -> list[str]:
+        """Each missing layer, as ``layer: what the kernel answered``."""
+        return [f"{m.layer}: {m.reason}" for m in self.missing]
 
     def __post_init__(self) -> None:
         self._ready: collections.deque[WarmChild] = collections.deque()
@@ -199,15 +219,16 @@ class Template:
         """Start a template process (again); callers see it only once it is ready."""
         self._gens += 1
         gen = _Generation(self._gens, self.config)
-        layers, problems = gen.layers, gen.problems
+        layers, missing = gen.layers, gen.missing
         if self.cgroups is None or self.cgroups.version is None:
-            problems.append("no cgroup with memory and pids controllers")
+            missing.append(Missing("cgroup", self.cgroup_problem))
         layers["cgroup"] = self.cgroups.version if self.cgroups else None
         layers["kernel"] = os.uname().release
-        if problems and self.strict:
+        stopping = refused(missing, self.config.accept)
+        if stopping and self.strict:
             gen.stop()
-            raise SandboxUnavailable("; ".join(problems))
-        self.layers, self.problems = layers, problems
+            raise LayerRefused(stopping)
+        self.layers, self.missing = layers, missing
         gen.alive = True
         with self._cond:
             if self._gen is not None:
@@ -386,6 +407,11 @@ class Template:
             "template_restarts": self._restarts,
             "dead_children_discarded": self._discarded,
         }
+
+    def warm_children(self) -> list[WarmChild]:
+        """The children ready now (the start-up self-test looks at one from /proc)."""
+        with self._cond:
+            return list(self._ready)
 
     def _request(self, n: int) -> None:
         gen = self._gen

@@ -22,12 +22,14 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from toolkiln.domain.execution import RunLink, RunOutcome, RunRequest
+from toolkiln.sandbox import selftest
 from toolkiln.sandbox.cgroups import Cgroups
 from toolkiln.sandbox.fair import FairShare
 from toolkiln.sandbox.jail import protocol
 from toolkiln.sandbox.jail.config import JailConfig
+from toolkiln.sandbox.layers import refused
 from toolkiln.sandbox.packages import PackageStore
-from toolkiln.sandbox.pool import SandboxUnavailable, Template, WarmChild
+from toolkiln.sandbox.pool import LayerRefused, SandboxUnavailable, Template, WarmChild
 from toolkiln.sandbox.session import Session
 from toolkiln.sandbox.shares import JoinFailed, Membership, enter
 from toolkiln.sandbox.uids import NoUidRange, UidRange
@@ -123,6 +125,8 @@ class Sandbox:
         warm: int = 8,
         strict: bool = True,
         name: str = "py",
+        accept: tuple[str, ...] = (),
+        cgroup_parent: str = "",
     ) -> None:
         self.runtime = runtime
         self.language = runtime.language
@@ -158,6 +162,7 @@ class Sandbox:
             max_request_bytes=caps.request_bytes,
             max_reply_bytes=caps.reply_bytes,
             strict=strict,
+            accept=accept,
         )
         runtime.attach(self)
         # Calls running at once, shared fairly between workspaces (sandbox/fair.py).
@@ -173,10 +178,12 @@ class Sandbox:
                 lim.memory_mb * 1024 * 1024,
                 lim.max_threads + 4,
                 lim.cpus,
+                parent=cgroup_parent,
             )
+            cgroup_problem = "no cgroup with memory and pids controllers"
         except OSError as exc:
             log.error("cgroups unavailable: %s", exc)
-            cgroups = None
+            cgroups, cgroup_problem = None, str(exc)
         self.cgroups = cgroups
         if not strict:
             log.warning(
@@ -186,7 +193,7 @@ class Sandbox:
         self.pools: list[Template] = []
         try:
             for config in configs:
-                self.pools.append(Template(config, cgroups))
+                self.pools.append(Template(config, cgroups, cgroup_problem))
         except BaseException:
             # What a sandbox that never started holds: the templates' children (in cgroup
             # slots), the cgroup tree, the runtime's threads and the uid slot.
@@ -198,9 +205,25 @@ class Sandbox:
             runtime.close()
             self.uids.release()
             raise
+        try:
+            self._self_test(accept)
+        except BaseException:
+            self.close()
+            raise
         for template in self.pools:
             if template.problems:
                 log.warning("sandbox layers off: %s", "; ".join(template.problems))
+
+    def _self_test(self, accept: tuple[str, ...]) -> None:
+        """Each layer proved by its effect on a warm process of each template
+        (sandbox/selftest.py); one not seen is missing, and stops the start unless
+        accepted."""
+        for template in self.pools:
+            unseen = selftest.prove(template, self.limits.memory_mb * 1024 * 1024)
+            template.missing.extend(unseen)
+            stopping = refused(unseen, accept)
+            if stopping and self.strict:
+                raise LayerRefused(stopping)
 
     @property
     def template(self) -> Template:
@@ -233,6 +256,14 @@ class Sandbox:
             "dead_children_discarded": sum(h["dead_children_discarded"] for h in each),
         }
 
+    def missing_layers(self) -> list[dict[str, str]]:
+        """Each layer some template of this sandbox runs without, once, with why."""
+        seen: dict[str, str] = {}
+        for template in self.templates():
+            for m in template.missing:
+                seen.setdefault(m.layer, m.reason)
+        return [{"layer": k, "reason": v} for k, v in seen.items()]
+
     def load(self) -> dict[str, int]:
         """Places, calls running and calls waiting: what a placement decides on."""
         return {
@@ -249,6 +280,8 @@ class Sandbox:
                 "ready": all(t.alive for t in self.templates()),
                 "pool": self.pool_health(),  # for /healthz: degraded, why, what was healed
                 "insecure": any(t.problems for t in self.templates()),
+                # The layers this host did not give and the operator accepted (layers.py).
+                "missing_layers": self.missing_layers(),
                 "limits": {
                     "timeout_ms": {"default": 5000, "max": 30000},
                     "memory_mb": lim.memory_mb,

@@ -17,6 +17,8 @@ import stat
 import tempfile
 from pathlib import Path
 
+from toolkiln.sandbox import userns
+
 UIDS_PER_SANDBOX = 256
 FIRST_UID = 1_000_000
 SLOTS = 8192  # 8192 x 256 uids above FIRST_UID: under 2^31
@@ -27,14 +29,16 @@ class NoUidRange(Exception):
 
 
 def _slots_dir() -> Path:
-    """``/run/toolkiln-uid-slots`` (root's); elsewhere only for an unprivileged service (the
-    development mode without a jail), and only a directory of its own that nobody else can
-    write (a world-writable ``/tmp`` would let another user plant or swap slot files)."""
-    candidates = [Path("/run")]
-    if os.geteuid() != 0:
-        candidates.append(Path(tempfile.gettempdir()))
-    for base in candidates:
-        path = base / "toolkiln-uid-slots"
+    """``/run/toolkiln-uid-slots`` (root's); elsewhere only for a runner that is not the
+    host's root (in a user namespace its ids are its host user's alone: the directory is
+    named by that user; without a jail, the development mode), and only a directory of its
+    own that nobody else can write (a world-writable ``/tmp`` would let another user plant or
+    swap slot files)."""
+    candidates = [Path("/run") / "toolkiln-uid-slots"]
+    if userns.shape() != userns.HOST_ROOT:
+        name = f"toolkiln-uid-slots-{userns.outside_uid()}"
+        candidates.append(Path(tempfile.gettempdir()) / name)
+    for path in candidates:
         with contextlib.suppress(OSError):
             path.mkdir(mode=0o700, exist_ok=True)
             info = path.lstat()
@@ -58,7 +62,9 @@ class UidRange:
     def __init__(self) -> None:
         directory = _slots_dir()
         flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
-        for slot in range(SLOTS):
+        # Root of a user namespace gives ids of its mapped range (userns.call_ids).
+        first, count = userns.call_ids() or (FIRST_UID, SLOTS * UIDS_PER_SANDBOX)
+        for slot in range(count // UIDS_PER_SANDBOX):
             path = directory / str(slot)
             fd = os.open(path, flags, 0o600)
             try:
@@ -72,10 +78,12 @@ class UidRange:
                 continue
             self._fd: int | None = fd
             self.slot = slot
-            self.first = FIRST_UID + slot * UIDS_PER_SANDBOX
+            self.first = first + slot * UIDS_PER_SANDBOX
             self.count = UIDS_PER_SANDBOX
             return
-        raise NoUidRange(f"all {SLOTS} sandbox uid ranges of this host are in use")
+        raise NoUidRange(
+            f"all {count // UIDS_PER_SANDBOX} sandbox uid ranges from {first} are in use"
+        )
 
     def release(self) -> None:
         if self._fd is not None:

@@ -16,6 +16,9 @@ from typing import Any
 
 PYTHON = "python"
 JAVASCRIPT = "javascript"
+# The isolation layers by name (the host's sandbox/layers.py says what each is and how a host
+# gives it): a template reports each one it could not set up under one of these.
+LAYERS = ("namespaces", "readonly_root", "seccomp", "no_new_privs", "uid", "rlimits", "cgroup")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +66,7 @@ class JailConfig:
     preload: tuple[str, ...] = ()  # modules the template imports (empty: the runtime's own)
     warm_up: bool = True  # children rehearse a call before they are handed out
     strict: bool = True  # a layer that cannot be set up stops the template
+    accept: tuple[str, ...] = ()  # ... unless it is one of these (LAYERS)
     # JavaScript
     js_heap_mb: int = 128
     js_listed: tuple[str, ...] = ()  # package names a require of which is answered

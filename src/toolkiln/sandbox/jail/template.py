@@ -140,7 +140,7 @@ def _build_root(cfg: JailConfig, layers: dict) -> None:
 def _setup(cfg: JailConfig, ctl: socket.socket) -> dict:
     """Every layer that fails is either fatal (strict) or reported as off (insecure mode)."""
     layers: dict = {"namespaces": []}
-    problems = []
+    problems: list[tuple[str, str]] = []  # (layer, what went wrong): config.LAYERS
     flags = {
         "mount": linux.CLONE_NEWNS,
         "pid": linux.CLONE_NEWPID,
@@ -153,7 +153,7 @@ def _setup(cfg: JailConfig, ctl: socket.socket) -> dict:
             linux.unshare(flag)
             layers["namespaces"].append(name)
         except OSError as exc:
-            problems.append(f"{name} namespace: {exc}")
+            problems.append(("namespaces", f"{name} namespace: {exc}"))
     if "pid" in layers["namespaces"]:
         pid = os.fork()
         if pid:
@@ -168,7 +168,9 @@ def _setup(cfg: JailConfig, ctl: socket.socket) -> dict:
         try:
             _build_root(cfg, layers)
         except OSError as exc:
-            problems.append(f"read-only root: {exc}")
+            problems.append(("readonly_root", f"read-only root: {exc}"))
+    else:
+        problems.append(("readonly_root", "read-only root: needs a mount namespace"))
     own = None
     try:
         layers["seccomp"] = "allowlist"
@@ -183,12 +185,13 @@ def _setup(cfg: JailConfig, ctl: socket.socket) -> dict:
             template_part, child_part = seccomp.split_filter()
             own, installer = seccomp.Installer(template_part), seccomp.Installer(child_part)
     except (OSError, RuntimeError) as exc:
-        problems.append(f"seccomp: {exc}")
+        problems.append(("seccomp", f"seccomp: {exc}"))
+        problems.append(("no_new_privs", f"set with the seccomp filter: {exc}"))
         installer = None
         layers["seccomp"] = None
     layers["uid"] = "per-call unprivileged uid" if os.geteuid() == 0 else None
     if os.geteuid() != 0:
-        problems.append("dropping to an unprivileged uid needs root in the template")
+        problems.append(("uid", "dropping to an unprivileged uid needs root in the template"))
     layers["rlimits"] = True
     layers["no_new_privs"] = installer is not None
     return {"layers": layers, "problems": problems, "installer": installer, "own": own}
@@ -458,17 +461,18 @@ def main() -> None:
         try:
             state["own"].install()  # last: from here on the template itself is filtered too
         except OSError as exc:
-            state["problems"].append(f"seccomp: {exc}")
+            state["problems"].append(("seccomp", f"seccomp: {exc}"))
+            state["problems"].append(("no_new_privs", f"set with the seccomp filter: {exc}"))
             state["installer"] = None
             state["layers"]["seccomp"] = None
-    ok = not state["problems"]
+    refused = [p for p in state["problems"] if p[0] not in cfg.accept]
     hello = {"op": "hello", "layers": state["layers"], "problems": state["problems"]}
     if notes:
         hello["notes"] = notes
     ctl.send(json.dumps(hello).encode())
     os.dup2(quiet, 2)
     os.close(quiet)
-    if not ok and cfg.strict:
+    if refused and cfg.strict:
         sys.exit(3)
     own_tmp = bool(state["layers"].get("readonly_root"))
     Template(cfg, ctl, state["installer"], own_tmp).loop()
