@@ -167,9 +167,17 @@ def make_host() -> Host:
 
 class RootlessRunner:
     """``toolkiln runner --listen unix:...`` in one of the shapes, with its own data
-    directory and delegated cgroup."""
+    directory and delegated cgroup; with ``serve`` (a port), ``toolkiln serve`` instead, the
+    API with its embedded runner."""
 
-    def __init__(self, host: Host, shape: str, cgroup: Delegated | None, **env: str) -> None:
+    def __init__(
+        self,
+        host: Host,
+        shape: str,
+        cgroup: Delegated | None,
+        serve: int | None = None,
+        **env: str,
+    ) -> None:
         self.host, self.shape = host, shape
         uid = host.host_uid(shape)
         self.home = Path(tempfile.mkdtemp(prefix=f"{shape}-", dir=host.base))
@@ -189,6 +197,8 @@ class RootlessRunner:
         }
         command = [str(host.python), "-m", "toolkiln", "runner", "--listen", self.address]
         command.append("--token-stdin")
+        if serve is not None:
+            command = [str(host.python), "-m", "toolkiln", "serve", "--port", str(serve)]
         if shape == "subuid":
             name = host.user.pw_name
             argv = ["setpriv", "--reuid", name, "--regid", name, "--clear-groups", *command]

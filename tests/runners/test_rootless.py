@@ -14,10 +14,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.conftest import own_service
+from tests.conftest import free_port, own_service
 from tests.deploy.podman import HostView, host_view
 from tests.reliability.harness import wait_for
 from tests.runners.harness import descendants
@@ -154,6 +155,59 @@ def test_no_process_of_a_rootless_runner_holds_host_root(
         assert "NoNewPrivs:\t1" in status and "Seccomp:\t2" in status, p
     # The runner and its templates hold the runner's host uid; nothing else is under it.
     assert {p.uids[0] for p in procs} <= {own, *tools}
+
+
+def _host_userns(p: HostView) -> bool:
+    """Whether ``p`` is in the host's user namespace (this test's, as the host's root), where
+    capabilities are host-wide."""
+    return os.stat(f"/proc/{p.pid}/ns/user").st_ino == os.stat("/proc/self/ns/user").st_ino
+
+
+def test_an_unprivileged_api_and_its_embedded_runner_hold_no_host_root(
+    host: Host, tmp_path: Path
+) -> None:
+    """`toolkiln serve` as an unprivileged user, nothing else given but a delegated cgroup:
+    the API holds no capability, its embedded runner makes its own user namespace, and real
+    calls run in both languages."""
+    cgroup = Delegated(host.user.pw_uid).make()
+    port = free_port()
+    api = RootlessRunner(host, "subuid", cgroup, serve=port, TOOLKILN_BOOTSTRAP_TOKEN=TOKEN)
+    base = f"http://127.0.0.1:{port}"
+    try:
+
+        def healthy() -> bool:
+            assert api.proc.poll() is None, api.output()
+            try:
+                return httpx.get(f"{base}/healthz", timeout=5).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_for("the unprivileged API", healthy, 120)
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        with httpx.Client(base_url=base, headers=auth, timeout=60) as http:
+            ws = http.get("/v1/workspaces").json()["data"][0]["id"]
+            for language, code in (("python", PROBE), ("javascript", JS)):
+                body = {"workspace_id": ws, "language": language, "code": code}
+                body |= {"name": f"rl-{language}", "input_schema": {"type": "object"}}
+                tool = http.post("/v1/custom-tools", json=body)
+                assert tool.status_code == 201, tool.text
+                tid = tool.json()["data"]["id"]
+                done = http.post(f"/v1/custom-tools/{tid}/invoke", json={"input": {"x": "on"}})
+                assert done.json()["data"]["status"] == "ok", done.text
+        procs = [v for v in (host_view(p) for p in [api.proc.pid, *descendants(api.proc.pid)]) if v]
+        print("\nhost uids of the unprivileged API's processes:")
+        for p in procs:
+            print(f"  {p.pid:>7} uid {p.uids} caps {p.cap_eff:#x} {p.name}")
+            assert 0 not in p.uids, p
+            # Capabilities only in a user namespace of its own (the runner and its jail).
+            assert p.cap_eff == 0 or not _host_userns(p), p
+        top = procs[0]
+        assert top.uids == (host.user.pw_uid,) * 4 and top.cap_eff == 0 and top.cap_bnd != 0
+        assert _host_userns(top)
+        assert [p for p in procs if p.uids[0] in host.tool_uids("subuid")], "no tool process"
+    finally:
+        api.stop()
+        cgroup.remove()
 
 
 def _refused(runner: RootlessRunner) -> str:
