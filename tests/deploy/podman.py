@@ -1,5 +1,6 @@
-"""Building the image with `make image` and running it with Debian's podman, as root on this
-host (the image tests' shape is the one docs/deployment.md documents).
+"""Building the image with `make image` and running it with Debian's podman (rootful podman on
+this host, the container as the image's unprivileged user: the shape docs/deployment.md
+documents).
 
 Here no image registry is reachable: `make image-base` makes the base the Containerfile names
 from Debian's packages, once (an image of that name already there is kept). The build reuses
@@ -91,8 +92,12 @@ class Delegated:
         return [Path("/sys/fs/cgroup") / c / self.name for c in CGROUP_CONTROLLERS]
 
     def make(self) -> None:
+        """Delegated to the image's user, as docs/deployment.md says to."""
         for path in self.paths():
             path.mkdir(exist_ok=True)
+            os.chown(path, IMAGE_UID, -1)
+            for entry in path.iterdir():
+                os.chown(entry, IMAGE_UID, -1)
 
     def remove(self) -> None:
         """Deepest first: a cgroup directory is removed with rmdir, never emptied."""
@@ -153,7 +158,15 @@ def descendants(root: int) -> Iterator[HostView]:
 
 
 # Capability numbers (linux/capability.h) of what the documented command grants.
-CAPS = {"CHOWN": 0, "DAC_READ_SEARCH": 2, "KILL": 5, "SETGID": 6, "SETUID": 7, "SYS_ADMIN": 21}
+CAPS = {"DAC_OVERRIDE": 1, "SETGID": 6, "SETUID": 7, "SYS_ADMIN": 21}
+# What a runner that is root (of the host, or of a pod's user namespace: the systemd unit, the
+# Kubernetes runner) holds for the jail, each measured by removing it
+# (docs/decisions/200-image-and-manifests.md; docs/deployment.md, "What the service needs").
+ROOT_RUNNER_CAPS = ("CHOWN", "DAC_READ_SEARCH", "KILL", "SETGID", "SETUID", "SYS_ADMIN")
+# The image's user (Containerfile) and the ids its /etc/subuid and /etc/subgid give it: in a
+# rootful container without a user namespace, these are host ids.
+IMAGE_UID = 10001
+SUBUIDS = range(100_000, 165_536)
 
 
 def cap_names(mask: int) -> set[str]:

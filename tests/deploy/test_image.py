@@ -1,9 +1,9 @@
 """The image `make image` builds: what is in it, and the service it runs serving real calls
-through a published port, started with the `podman run` command docs/deployment.md shows
-(no capabilities but the sandbox's five, a read-only root, lent cgroup directories), with
-every isolation layer of the sandbox on. From the host's /proc: the processes that run tool
-code hold unprivileged host uids and no capabilities, and nothing in the container holds a
-capability the command did not grant."""
+through a published port, started with the `podman run` command docs/deployment.md shows (the
+image's unprivileged user, no capability but the bounding set its set-uid newuidmap needs, a
+read-only root, lent cgroup directories), with every isolation layer of the sandbox on. From
+the host's /proc: no process of the container holds uid 0 or, outside the runner's own user
+namespace, any capability; the processes that run tool code hold the image's subuids."""
 
 from __future__ import annotations
 
@@ -20,7 +20,9 @@ import pytest
 from tests.deploy.podman import (
     CAPS,
     HOST_LIMITS,
+    IMAGE_UID,
     PODMAN,
+    SUBUIDS,
     Delegated,
     HostView,
     build_image,
@@ -33,7 +35,7 @@ from tests.deploy.podman import (
 )
 from tests.reliability.harness import free_port, wait_for
 from toolkiln.sandbox.packages import JsPackageStore, PackageStore
-from toolkiln.sandbox.uids import FIRST_UID  # the per-call uids when the service is host root
+from toolkiln.sandbox.userns import FIRST_NAMESPACE_ID  # per-call uids in a user namespace
 
 TOKEN = "tk_image-admin-" + secrets.token_hex(8)
 
@@ -120,6 +122,10 @@ def test_the_final_image_has_no_build_tools_or_package_caches(image: str, rootfs
     assert config == "10001:10001"
     passwd = (rootfs / "etc/passwd").read_text()
     assert "toolkiln:x:10001:10001:" in passwd
+    # Its runner's user namespace: the user's ranges, and newuidmap to map them.
+    for ids in ("etc/subuid", "etc/subgid"):
+        assert (rootfs / ids).read_text() == f"toolkiln:{SUBUIDS.start}:{len(SUBUIDS)}\n"
+    assert ((rootfs / "usr/bin/newuidmap").stat().st_mode & 0o4000) != 0  # set-uid
 
 
 def _call(base: str, method: str, path: str, **kw: Any) -> Any:
@@ -165,7 +171,7 @@ def test_a_tool_is_created_and_invoked_through_the_published_port(
         assert result["status"] == "ok", result
         assert result["message"] == f"{prefix}{n}"
         if language == "python":
-            assert result["raw_data"] >= FIRST_UID  # the per-call uid, not root
+            assert result["raw_data"] >= FIRST_NAMESPACE_ID  # the per-call uid in its namespace
 
 
 def test_curated_packages_come_with_the_image(service: tuple[str, str]) -> None:
@@ -233,12 +239,12 @@ def _spinning(name: str) -> list[HostView]:
     process uses a few ticks; one that ran past its deadline and lives on, far more)."""
     init = int(podman("inspect", "--format", "{{.State.Pid}}", name).strip())
     second = os.sysconf("SC_CLK_TCK")
-    return [p for p in descendants(init) if p.uids[0] != 0 and p.cpu_ticks >= second]
+    return [p for p in descendants(init) if p.uids[0] in SUBUIDS and p.cpu_ticks >= second]
 
 
 def test_a_call_past_its_deadline_is_killed_in_the_container(service: tuple[str, str]) -> None:
-    """The kill crosses uids (the service's root to the call's uid): without CAP_KILL it
-    fails and the process spins on until its CPU rlimit (31 s), unseen by the caller."""
+    """The kill crosses uids (the runner's to the call's): it holds CAP_KILL in its user
+    namespace only; without it the process would spin on until its CPU rlimit (31 s)."""
     base, name = service
     for language, spin in (
         ("python", "def main(**p):\n    while True:\n        pass\n    return {}"),
@@ -249,28 +255,39 @@ def test_a_call_past_its_deadline_is_killed_in_the_container(service: tuple[str,
     wait_for("no sandboxed process spinning on", lambda: not _spinning(name), deadline_s=15)
 
 
-def test_from_the_host_tool_processes_hold_unprivileged_uids_and_no_capabilities(
+def _host_userns(p: HostView) -> bool:
+    """Whether ``p`` is in the host's user namespace (this test's, as the host's root)."""
+    return os.stat(f"/proc/{p.pid}/ns/user").st_ino == os.stat("/proc/self/ns/user").st_ino
+
+
+def test_from_the_host_no_process_of_the_container_holds_root_or_a_capability(
     service: tuple[str, str],
 ) -> None:
+    """The container runs as the image's user: tini, the API and its runner hold host uid
+    10001 and no capability; the runner's user namespace (newuidmap, set-uid, is what the
+    granted capabilities are for) gives the jail its capabilities over its own ids only, and
+    each call one of the image's subuids."""
     base, name = service
     _run(base, "python", PY_TOOL.replace("p['x']", "'warm'"))  # warm processes are there
     init = int(podman("inspect", "--format", "{{.State.Pid}}", name).strip())
     procs = list(descendants(init))
-    # Every process not the host's root holds no capability and no uid 0 at all: the tool
-    # processes (uids of the sandbox's range) and helpers such as the pattern checker (nobody).
-    for p in procs:
-        if p.uids[0] != 0:
-            assert 0 not in p.uids and p.cap_eff == 0, p
-    tools = [p for p in procs if min(p.uids) >= FIRST_UID]
-    assert tools, "no warm process at a sandbox uid"
-    for p in procs:  # nothing holds a capability the documented command did not grant
-        assert cap_names(p.cap_bnd) <= set(CAPS), p
-    # What holds host uid 0: tini, the service and its sandbox templates (the container's
-    # root is the host's root here; a user namespace under them is the runner's shape).
     print("\nhost uids of the container's processes:")
     for p in procs:
-        print(f"  {p.pid:>7} uid {p.uids} caps {sorted(cap_names(p.cap_eff))} {p.name}")
-    assert {p.name for p in procs if p.uids[0] == 0} >= {"tini", "toolkiln"}
+        userns = "host" if _host_userns(p) else "own"
+        caps = sorted(cap_names(p.cap_eff))
+        print(f"  {p.pid:>7} uid {p.uids} caps {caps} userns {userns} {p.name}")
+    for p in procs:
+        assert 0 not in p.uids, p
+        assert p.uids[0] == IMAGE_UID or p.uids[0] in SUBUIDS, p
+        if _host_userns(p):  # (a user namespace starts with a full bounding set of its own)
+            assert cap_names(p.cap_bnd) <= set(CAPS), p  # nothing the command did not grant
+            assert p.cap_eff == 0 and p.uids == (IMAGE_UID,) * 4, p
+    outside = {p.name for p in procs if _host_userns(p)}
+    assert {"tini", "toolkiln"} <= outside
+    tools = [p for p in procs if p.uids[0] in SUBUIDS]
+    assert tools, "no warm process at a sandbox uid"
+    for p in tools:
+        assert p.cap_eff == 0 and len(set(p.uids)) == 1, p
 
 
 def test_the_view_is_served_from_the_image(service: tuple[str, str]) -> None:

@@ -201,6 +201,9 @@ def _run_full(args: argparse.Namespace, runtime: Runtime) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    from toolkiln.sandbox.userns import drop_capabilities
+
+    drop_capabilities()  # an unprivileged service holds none (docs/deployment.md)
     if args.command == "runner":
         given = list(sys.argv[1:] if argv is None else argv)
         return runner_cli.main(given[given.index("runner") + 1 :])

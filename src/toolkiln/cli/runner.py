@@ -87,6 +87,7 @@ def _own_namespace(settings: RunnerSettings) -> str | None:
     from toolkiln.sandbox import userns
     from toolkiln.sandbox.layers import refused
 
+    userns.drop_capabilities()  # what a container runtime handed an unprivileged user
     if settings.sandbox_insecure or userns.shape() != userns.UNPRIVILEGED:
         return None
     missing = userns.enter_own_namespace(settings.sandbox_subuids)

@@ -10,7 +10,7 @@ template or a set-up step said of itself.
 | no_new_privs | ``NoNewPrivs: 1`` |
 | uid | all four of its uids and gids are one id of the sandbox's range, not the runner's |
 | rlimits | its address-space (Python) or CPU-time limit is the configured one |
-| cgroup | it sits in a memory slot whose limit is the call's memory cap, and a pids slot |
+| cgroup | it is in a memory slot of the sandbox whose limit is the call's cap, and a pids slot |
 
 A layer the template reported missing is not tested again; one it reported present that
 this does not see is missing too (``Missing``), and refuses the start unless accepted.
@@ -18,11 +18,11 @@ this does not see is missing too (``Missing``), and refuses the start unless acc
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
 
-from toolkiln.sandbox.cgroups import V1, V2_CANDIDATES
 from toolkiln.sandbox.jail.config import JailConfig
 from toolkiln.sandbox.layers import Missing
 from toolkiln.sandbox.pool import Template
@@ -117,27 +117,26 @@ def _rlimits(pid: int, template: Template, memory_bytes: int) -> str | None:
 
 
 def _cgroup(pid: int, template: Template, memory_bytes: int) -> str | None:
+    """Listed in the ``cgroup.procs`` of one of the sandbox's memory slots and one of its
+    pids slots (read there, not from /proc/<pid>/cgroup, whose paths are the host's where
+    a container lends the runner its cgroup directories), whose memory limit is the cap."""
     cgroups = template.cgroups
     if cgroups is None or cgroups.version is None:
         return "no cgroup"
-    paths = {}
-    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
-        _, controllers, path = line.split(":", 2)
-        for c in controllers.split(","):
-            paths[c] = path.lstrip("/")
-    if cgroups.version == "v1":
-        memory, pids = V1 / "memory" / paths.get("memory", ""), V1 / "pids" / paths.get("pids", "")
-        limit_file = memory / "memory.limit_in_bytes"
-        inside = [memory.parent, pids.parent] == cgroups.roots[:2]
-    else:
-        mount = next(m for m in V2_CANDIDATES if cgroups.roots[0].is_relative_to(m))
-        memory = mount / paths.get("", "")
-        limit_file = memory / "memory.max"
-        inside = memory.parent == cgroups.roots[0]
-    if not inside:
-        return f"it is in no slot of the sandbox's cgroups ({memory})"
-    limit = limit_file.read_text().strip()
+    memory = _slot_of(pid, cgroups.roots[0])
+    if memory is None or (cgroups.version == "v1" and _slot_of(pid, cgroups.roots[1]) is None):
+        return "it is in no slot of the sandbox's cgroups"
+    name = "memory.limit_in_bytes" if cgroups.version == "v1" else "memory.max"
+    limit = (memory / name).read_text().strip()
     return None if limit == str(memory_bytes) else f"its memory limit is {limit}"
+
+
+def _slot_of(pid: int, root: Path) -> Path | None:
+    for slot in root.glob("slot*"):
+        with contextlib.suppress(OSError):
+            if str(pid) in (slot / "cgroup.procs").read_text().split():
+                return slot
+    return None
 
 
 CHECKS = {

@@ -11,6 +11,7 @@ inside it, and each call's uid is an id of the mapped range: an unprivileged uid
 
 from __future__ import annotations
 
+import ctypes
 import os
 import pwd
 import shutil
@@ -82,6 +83,27 @@ def outside_uid() -> int:
         if s.inside <= uid < s.inside + s.count:
             return s.outside + uid - s.inside
     return uid
+
+
+_SYS_CAPSET = 126  # x86_64
+_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+_CAPABILITY_VERSION_3 = 0x20080522
+
+
+def drop_capabilities() -> None:
+    """An unprivileged process keeps no capability it was started with: a container runtime
+    gives a non-root user the capabilities granted to the container as ambient ones, so the
+    API and the runner would hold them host-wide. Its bounding set stays: that is what the
+    set-uid newuidmap and newgidmap get theirs from (tests/deploy/test_image.py)."""
+    if os.geteuid() == 0:
+        return  # the host's or a namespace's root: the jail's capabilities are its own
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    header = (ctypes.c_uint32 * 2)(_CAPABILITY_VERSION_3, 0)
+    none = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable; two words each
+    if libc.syscall(_SYS_CAPSET, header, none) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"capset: {os.strerror(err)}")
 
 
 def _ranges(path: str, user: pwd.struct_passwd) -> list[tuple[int, int]]:
