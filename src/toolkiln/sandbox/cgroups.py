@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import fcntl
 import functools
 import os
 import threading
@@ -79,7 +80,7 @@ class Cgroups:
     """Caps each sandboxed child's memory, tasks and CPU, and tells afterwards if it hit OOM."""
 
     def __init__(
-        self, name: str, memory_bytes: int, pids_max: int, cpus: float = 1.0, parent: str = ""
+        self, name: str, memory_bytes: int, pids_max: int, cpus: float = 1.0, *, parent: str = ""
     ) -> None:
         self.memory_bytes = memory_bytes
         self.pids_max = pids_max
@@ -281,11 +282,17 @@ def _put(fd: int, pid: int) -> None:
     if not _outside_host_root():
         os.write(fd, str(pid).encode())
         return
+    if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDONLY:
+        raise OSError(errno.EBADF, "cgroup.procs is not open for writing")  # as a write says
     # A new child drops to its uid while the host adopts it: read before the uid changed,
     # the write is refused (EACCES), and read again it is the new one, which stays.
     for attempt in range(3):
         try:
-            _put_as(fd, pid, os.stat(f"/proc/{pid}").st_uid)
+            uid = os.stat(f"/proc/{pid}").st_uid
+        except FileNotFoundError:
+            raise OSError(errno.ESRCH, f"no process {pid}") from None  # as a write says
+        try:
+            _put_as(fd, pid, uid)
             return
         except PermissionError:
             if attempt == 2:

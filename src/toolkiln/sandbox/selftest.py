@@ -29,6 +29,7 @@ from toolkiln.sandbox.pool import Template
 
 NAMESPACES = ("mnt", "pid", "net", "ipc", "uts")
 WAIT_S = 30.0
+SETTLE_S = 2.0
 
 
 def prove(template: Template, memory_bytes: int) -> list[Missing]:
@@ -37,17 +38,24 @@ def prove(template: Template, memory_bytes: int) -> list[Missing]:
     if pid is None:
         return [Missing("namespaces", "self-test: no warm sandbox process to look at")]
     claimed = {m.layer for m in template.missing}
-    found: list[Missing] = []
-    for layer, check in CHECKS.items():
-        if layer in claimed:
-            continue
-        try:
-            why = check(pid, template, memory_bytes)
-        except OSError as exc:
-            why = f"could not read /proc/{pid}: {exc}"
-        if why is not None:
-            found.append(Missing(layer, f"self-test: {why}"))
-    return found
+    todo = {layer: check for layer, check in CHECKS.items() if layer not in claimed}
+    # The host adopts a child as soon as it is forked, while _spawn.c may still be jailing
+    # it: a layer not seen yet is looked at again until it shows, for SETTLE_S at most (a
+    # child is jailed within milliseconds; a missing layer never shows).
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        unseen: dict[str, str] = {}
+        for layer, check in todo.items():
+            try:
+                why = check(pid, template, memory_bytes)
+            except OSError as exc:
+                why = f"could not read /proc/{pid}: {exc}"
+            if why is not None:
+                unseen[layer] = why
+        if not unseen or time.monotonic() > deadline:
+            return [Missing(layer, f"self-test: {why}") for layer, why in unseen.items()]
+        todo = {layer: todo[layer] for layer in unseen}
+        time.sleep(0.01)
 
 
 def _warm_pid(template: Template) -> int | None:
