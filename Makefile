@@ -11,8 +11,8 @@ WEB_DEPS := $(WEB)/node_modules/.installed
 BUNDLE := src/toolkiln/web/static/app.js
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: install serve test lint bench bench-code-mode clean browser nginx prometheus image \
-	image-base containers kubectl FORCE
+.PHONY: install serve test test-rootless lint bench bench-code-mode clean browser nginx \
+	prometheus image image-base containers kubectl FORCE
 
 # The sandbox's template builds one C module of its own at install (jail/_spawn.c): a C
 # compiler and the interpreter's headers, from Debian's packages if missing.
@@ -121,6 +121,20 @@ lint: install
 
 test: lint browser nginx prometheus containers kubectl
 	$(BIN)/pytest -q
+	$(BIN)/python -m tests.runners.rootless_suite subuid -q $(ROOTLESS_QUICK)
+
+# The jail tests with the test process itself as a rootless runner
+# (tests/runners/rootless_suite.py): an unprivileged user that makes its own user namespace
+# (subuid), and root of a user namespace mapped to an unprivileged range (namespace-root).
+# `make test` runs ROOTLESS_QUICK in the first shape; this runs them all, in both.
+ROOTLESS_SHAPES ?= subuid namespace-root
+ROOTLESS_TESTS ?= tests/security tests/sandbox
+ROOTLESS_QUICK = tests/security/test_child_jail.py tests/security/test_python_attacks.py \
+  tests/security/test_quotas.py tests/security/test_scratch_privacy.py \
+  tests/security/test_slots.py tests/sandbox/test_selftest.py
+test-rootless: install containers
+	@for shape in $(ROOTLESS_SHAPES); do \
+	  $(BIN)/python -m tests.runners.rootless_suite $$shape -q $(ROOTLESS_TESTS) || exit 1; done
 
 bench: install
 	$(BIN)/python bench/invoke.py

@@ -25,6 +25,40 @@ from toolkiln.app import Runtime, build
 from toolkiln.config import Settings
 from toolkiln.domain.auth import Principal
 
+# The runner shape the sandbox tests run in (tests/runners/rootless_suite.py, `make
+# test-rootless`): unset, this process's own (the host's root in CI); "subuid": this process
+# is an unprivileged user that makes its own user namespace before any test, as a runner
+# does; "namespace-root": it was started as root of a user namespace. Both need the cgroup
+# delegated to them, named by TOOLKILN_SANDBOX_CGROUP.
+SHAPE = os.environ.get("TOOLKILN_TEST_SHAPE")
+CGROUP_PARENT = os.environ.get("TOOLKILN_SANDBOX_CGROUP", "") if SHAPE else ""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if SHAPE is None:
+        return
+    from toolkiln.sandbox import cgroups, runner, userns
+
+    if SHAPE == "subuid":
+        missing = userns.enter_own_namespace(os.environ.get("TOOLKILN_SANDBOX_SUBUIDS"))
+        if missing:
+            raise pytest.UsageError("; ".join(m.refusal() for m in missing))
+    if userns.shape() != userns.NAMESPACE_ROOT:
+        raise pytest.UsageError(f"TOOLKILN_TEST_SHAPE={SHAPE}, but this is {userns.shape()}")
+    # Every sandbox and cgroup tree a test makes, directly or through a service, in the
+    # delegated cgroup.
+    for made in (runner.Sandbox.__init__, cgroups.Cgroups.__init__):
+        assert made.__kwdefaults__ is not None
+        made.__kwdefaults__["cgroup_parent" if made is runner.Sandbox.__init__ else "parent"] = (
+            CGROUP_PARENT
+        )
+
+
+def cgroup_path(name: str) -> str:
+    """How /proc/<pid>/cgroup names a sandbox's cgroup ``name`` (below the delegated one)."""
+    return f"/{CGROUP_PARENT}/{name}" if CGROUP_PARENT else f"/{name}"
+
+
 PG_URL = os.environ.get(
     "TOOLKILN_TEST_POSTGRES_URL", "postgresql+psycopg://root@127.0.0.1:5432/test"
 )

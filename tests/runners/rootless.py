@@ -102,6 +102,12 @@ def system_venv(base: Path) -> Path:
     (site / "toolkiln-checkout.pth").write_text(
         f"import site; site.addsitedir({str(ours / 'site-packages')!r})\n"
     )
+    command = venv / "bin" / "toolkiln"  # as pip would make it (tests run `toolkiln`)
+    command.write_text(
+        f"#!{venv / 'bin' / 'python'}\nimport sys\nfrom toolkiln.__main__ import main\n"
+        "sys.exit(main())\n"
+    )
+    command.chmod(0o755)
     return venv / "bin" / "python"
 
 
@@ -123,6 +129,10 @@ class Delegated:
                 os.chown(path, self.uid, -1)
                 for f in path.iterdir():
                     os.chown(f, self.uid, -1)
+        # A new group competes as one task: on a busy host every call of the runner would
+        # share one task's CPU. The weight of as many tasks as a sandbox runs at once, as
+        # the sandbox gives its own groups (cgroups.py, _weigh); the operator's to choose.
+        (self.paths()[2] / "cpu.shares").write_text(str(1024 * 32))
         return self
 
     def remove(self) -> None:

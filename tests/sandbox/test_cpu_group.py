@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import cgroup_path
 from tests.sandbox.test_shares import groups
 from toolkiln.sandbox.packages import PackageStore
 from toolkiln.sandbox.pool import SandboxUnavailable, Template, WarmChild
@@ -59,7 +60,7 @@ def test_a_child_that_ended_before_its_move_is_not_handed_out(sandbox: Sandbox) 
     taken = pool.take(timeout=10)  # the next one is, in its CPU group
     try:
         assert taken is not child
-        assert groups(taken.global_pid)["cpu"].startswith("/toolkiln-cpu-group-test-u")
+        assert groups(taken.global_pid)["cpu"].startswith(cgroup_path("toolkiln-cpu-group-test-u"))
     finally:
         taken.close()
 
@@ -123,6 +124,6 @@ def test_take_hands_out_the_next_child_when_one_cannot_be_moved(
     taken = pool.take(timeout=10)
     try:
         assert refused and taken is not refused[0]
-        assert groups(taken.global_pid)["cpu"].startswith("/toolkiln-cpu-group-test-u")
+        assert groups(taken.global_pid)["cpu"].startswith(cgroup_path("toolkiln-cpu-group-test-u"))
     finally:
         taken.close()

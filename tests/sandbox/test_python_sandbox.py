@@ -620,7 +620,10 @@ from pathlib import Path
 from toolkiln.sandbox.packages import PackageStore
 from toolkiln.sandbox.sandboxes import python_sandbox
 from toolkiln.sandbox.uids import UidRange
-sb = python_sandbox(PackageStore(Path(sys.argv[1])), warm=1, name="leftover-test")
+parent = os.environ.get("TOOLKILN_SANDBOX_CGROUP", "")  # a rootless shape's (conftest.py)
+sb = python_sandbox(
+    PackageStore(Path(sys.argv[1])), warm=1, name="leftover-test", cgroup_parent=parent
+)
 print(sb.uids.slot, *sb.cgroups.roots, flush=True)
 os.kill(os.getpid(), 9)  # dies holding its cgroups, as a crashed service does
 """

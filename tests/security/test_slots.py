@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import cgroup_path
 from tests.sandbox.test_shares import groups, pids_of
 from toolkiln.domain.execution import RunOutcome, RunRequest
 from toolkiln.sandbox.packages import PackageStore
@@ -86,7 +87,7 @@ def test_two_calls_running_together_never_share_a_cgroup_slot(tmp_path: Path) ->
             for controller in controllers:
                 assert a[controller] != b[controller], controller
                 for found in (a, b):
-                    assert found[controller].startswith("/toolkiln-slots-test-u"), found
+                    assert found[controller].startswith(cgroup_path("toolkiln-slots-test-u")), found
             for found in (a, b):
                 if cg.version == "v1":
                     memory = Path("/sys/fs/cgroup/memory") / found["memory"].lstrip("/")
@@ -116,7 +117,7 @@ def test_a_warm_child_waits_outside_the_cpu_slots_and_runs_in_its_own(tmp_path: 
                 "the CPU group is apart from the memory and pids groups on cgroup v1 only (on "
                 "v2 one write moves a process into all of its slot's controllers)"
             )
-        prefix = "/toolkiln-warm-cpu-test-u"
+        prefix = cgroup_path("toolkiln-warm-cpu-test-u")
         base, count = int(sb.uids.first), int(sb.uids.count)
         deadline = time.monotonic() + 20
         warm: list[int] = []
@@ -130,7 +131,9 @@ def test_a_warm_child_waits_outside_the_cpu_slots_and_runs_in_its_own(tmp_path: 
             found = groups(pid)
             assert found["memory"].startswith(prefix), found
             assert found["pids"].startswith(prefix), found
-            assert not found["cpu"].startswith("/toolkiln-"), found  # in no slot's CPU group
+            assert not found["cpu"].startswith(cgroup_path("toolkiln-")), (
+                found
+            )  # in no slot's CPU group
         for i in range(3):
             req = RunRequest("python", WHERE, "handle", {}, 20000, workspace_id=f"ws-{i}")
             out = sb.run(req, _Where())

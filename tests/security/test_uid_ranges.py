@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import SHAPE
 from toolkiln.sandbox.uids import UidRange
 
 CLAIM = textwrap.dedent(
@@ -85,6 +86,8 @@ def test_a_slots_directory_without_its_search_bit_is_repaired() -> None:
     and only CAP_DAC_OVERRIDE could use it: a root without it (the image's) could not start."""
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         pytest.skip("needs root and setpriv to run a root without CAP_DAC_OVERRIDE")
+    if SHAPE is not None:
+        pytest.skip("the host root's /run/toolkiln-uid-slots: a rootless runner's is its own")
     slots = Path("/run/toolkiln-uid-slots")
     slots.mkdir(mode=0o700, exist_ok=True)
     os.chmod(slots, 0o600)
