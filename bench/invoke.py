@@ -63,7 +63,7 @@ EXE = Path(sys.executable).parent / "toolkiln"
 RUNNER_TOKEN = "bench-runner-token"
 
 
-def start_runner(data: Path, port: int) -> subprocess.Popen[bytes]:
+def start_runner(data: Path, port: int, exe: Path = EXE) -> subprocess.Popen[bytes]:
     """A ``toolkiln runner`` on loopback TCP; returns once it listens."""
     env = {
         "PATH": os.environ.get("PATH", ""),
@@ -74,7 +74,7 @@ def start_runner(data: Path, port: int) -> subprocess.Popen[bytes]:
     log = data.parent / "runner.log"
     data.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(
-        [str(EXE), "runner", "--listen", f"127.0.0.1:{port}"],
+        [str(exe), "runner", "--listen", f"127.0.0.1:{port}"],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=log.open("wb"),
@@ -91,7 +91,7 @@ def start_runner(data: Path, port: int) -> subprocess.Popen[bytes]:
 
 
 def start_service(
-    data: Path, port: int, extra: dict[str, str] | None = None
+    data: Path, port: int, extra: dict[str, str] | None = None, exe: Path = EXE
 ) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
@@ -99,7 +99,6 @@ def start_service(
         "TOOLKILN_BOOTSTRAP_TOKEN": TOKEN,
         **(extra or {}),
     }
-    exe = EXE
     proc = subprocess.Popen(
         [str(exe), "serve", "--port", str(port)],
         env=env,

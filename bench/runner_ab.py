@@ -1,10 +1,12 @@
 """A/B of the runner shapes in one run: services started side by side and measured in
 alternating rounds, so a busy machine weighs on each alike.
 
-``python bench/runner_ab.py [SRC]``: the embedded runner (Unix socket) and a runner over
-loopback TCP of this checkout, and, given SRC (another checkout's ``src``, e.g. of main
-before runners), that code's ``serve`` too. Prints each shape's p50 / p99 of a trivial
-Python and JavaScript tool over HTTP and the ctx round trip. Not part of the test run.
+``python bench/runner_ab.py [OTHER]``: the embedded runner (Unix socket) and a runner over
+loopback TCP of this checkout; given OTHER, another checkout with its ``.venv`` (``make
+install``; e.g. a worktree of main), its two shapes too, or, given another checkout's
+``src`` (e.g. of main before runners), that code's ``serve`` alone. Prints each shape's p50
+/ p99 of a trivial Python and JavaScript tool over HTTP and the ctx round trip. Not part of
+the test run.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from client import Conn
 from invoke import (
     CTX_CALLS,
     CTX_TOOL,
+    EXE,
     JS_TOOL,
     PY_TOOL,
     RUNNER_TOKEN,
@@ -36,28 +39,34 @@ PER_ROUND = int(os.environ.get("BENCH_PER_ROUND", "100"))
 
 
 def main() -> None:
-    other = sys.argv[1] if len(sys.argv) > 1 else None
+    other = Path(sys.argv[1]) if len(sys.argv) > 1 else None
     with tempfile.TemporaryDirectory(prefix="toolkiln-ab-") as tmp:
         root = Path(tmp)
         procs = []
         shapes: dict[str, int] = {}
-        try:
-            if other:
-                port = free_port()
-                procs.append(start_service(root / "other", port, {"PYTHONPATH": other}))
-                shapes["given source, serve alone"] = port
+
+        def both(label: str, exe: Path) -> None:
             port = free_port()
-            procs.append(start_service(root / "embedded", port))
-            shapes["embedded runner (Unix socket)"] = port
+            procs.append(start_service(root / label / "embedded", port, exe=exe))
+            shapes[f"{label}: embedded runner (Unix socket)"] = port
             rport = free_port()
-            procs.append(start_runner(root / "runner" / "data", rport))
+            procs.append(start_runner(root / label / "runner" / "data", rport, exe=exe))
             port = free_port()
             extra = {
                 "TOOLKILN_RUNNERS": f"127.0.0.1:{rport}",
                 "TOOLKILN_RUNNER_TOKEN": RUNNER_TOKEN,
             }
-            procs.append(start_service(root / "tcp", port, extra))
-            shapes["runner over loopback TCP"] = port
+            procs.append(start_service(root / label / "tcp", port, extra, exe=exe))
+            shapes[f"{label}: runner over loopback TCP"] = port
+
+        try:
+            if other is not None and (other / ".venv" / "bin" / "toolkiln").exists():
+                both("given checkout", other / ".venv" / "bin" / "toolkiln")
+            elif other is not None:
+                port = free_port()
+                procs.append(start_service(root / "other", port, {"PYTHONPATH": str(other)}))
+                shapes["given source, serve alone"] = port
+            both("this checkout", EXE)
             alternate(shapes)
             results = {name: ROUNDS_RESULTS[port_] for name, port_ in shapes.items()}
         finally:
@@ -97,7 +106,12 @@ def alternate(shapes: dict[str, int]) -> None:
             timed(c, "POST", urls[port][0], {"input": {}})
             timed(c, "POST", urls[port][1], {"input": {}})
     for _ in range(ROUNDS):
-        for port, c in conns.items():
+        for port in conns:
+            # A connection of its own per round: the service closes one idle past its
+            # keep-alive (5 s), which the other shapes' rounds can take on a busy machine.
+            conns[port].close()
+            conns[port] = c = Conn(port, TOKEN)
+            timed(c, "GET", "/healthz", None)
             py, js, loop = urls[port]
             out = ROUNDS_RESULTS[port]
             out["python"] += [timed(c, "POST", py, {"input": {}}) for _ in range(PER_ROUND)]
