@@ -22,7 +22,7 @@ then checked as an answer of a checker is (``domain/analysis.Analysis.from_wire`
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, get_args
 
 from toolkiln.domain.analysis import Analysis
@@ -306,7 +306,12 @@ def encode(message: Message) -> bytes:
     """One message as UTF-8 JSON. Lone surrogates in its text are replaced (U+FFFD); a
     value JSON cannot spell (a number past a float's range, read from the jail as
     infinity) is ``WireError``."""
-    body = {"op": _OP_OF[type(message)], **asdict(message)}
+    # The fields as they are, not ``asdict``'s deep copy: no field holds a dataclass (their
+    # types are JSON's, _ANNOTATIONS), and encoding reads them without changing them.
+    kind = type(message)
+    body = {"op": _OP_OF[kind]}
+    for name in _SPEC[kind]:
+        body[name] = getattr(message, name)
     if body.get("traceparent") == "":
         # Not traced: the message is as a runner without traces knows it.
         del body["traceparent"]
