@@ -38,6 +38,8 @@ class _Echo(http.server.BaseHTTPRequestHandler):
         body = "".join(lines).encode()
         self.send_response(200)
         self.send_header("X-Echo", self.headers.get("X-Q", "") + self.path)
+        if self.headers.get("X-Name"):  # a header named as the request asks
+            self.send_header(self.headers["X-Name"], "1")
         self.send_header("Content-Type", "text/plain")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -120,3 +122,41 @@ def test_a_secret_across_a_header_cut_is_not_shown_in_part(tmp_path: Path, echo:
     shown = answer["headers"]["x-echo"]
     assert VALUE not in shown
     assert not any(VALUE[:n] in shown for n in range(8, len(VALUE))), shown[-80:]
+
+
+def _with_secrets(client: TestClient, ws: str, echo: str, named: dict[str, str]) -> None:
+    r = client.patch(
+        f"/v1/workspaces/{ws}/policy",
+        json={"egress": [echo], "egress_private": True},
+        headers=HEADERS,
+    )
+    assert r.status_code == 200, r.text
+    for name, value in named.items():
+        r = client.post(
+            f"/v1/workspaces/{ws}/secrets",
+            json={"name": name, "value": value, "hosts": [echo]},
+            headers=HEADERS,
+        )
+        assert r.status_code == 201, r.text
+
+
+def test_a_secret_inside_another_does_not_unmask_it(tmp_path: Path, echo: str) -> None:
+    """A secret whose value is part of another's, named first, masked first, broke every
+    echo of the longer one, which was then shown but for that part."""
+    with own_service(tmp_path, ADMIN) as (_, client, who):
+        _with_secrets(client, who.workspace_id, echo, {"A_PART": VALUE[:6], "Z_KEY": VALUE})
+        url = f"http://{echo}/?a={{{{secrets.A_PART}}}}&k={{{{secrets.Z_KEY}}}}"
+        answer = _call(client, url, {})
+    shown = answer["body"] + str(answer["headers"])
+    assert VALUE[6:] not in shown, shown[-200:]
+    assert "{{secrets.Z_KEY}}" in shown
+
+
+def test_a_header_named_as_a_secret_is_masked(tmp_path: Path, echo: str) -> None:
+    """A host that names a header of its answer after what it was sent (HTTP lowercases
+    header names) shows the secret in no case."""
+    with own_service(tmp_path, ADMIN) as (_, client, who):
+        _with_secrets(client, who.workspace_id, echo, {"KEY": VALUE.upper()})
+        answer = _call(client, f"http://{echo}/", {"X-Name": "{{secrets.KEY}}"})
+    names = " ".join(answer["headers"])
+    assert VALUE.lower() not in names and VALUE.upper() not in names, names

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from toolkiln.domain.errors import TooManyRequests
-from toolkiln.services.turns import Turns, WorkspaceHints
+from toolkiln.services.turns import UNVERIFIED, Turns, WorkspaceHints
 
 
 async def _hold(turns: Turns, key: str, release: asyncio.Event, got: list[str]) -> None:
@@ -98,11 +98,44 @@ def test_a_full_queue_is_refused_at_once() -> None:
     asyncio.run(scenario())
 
 
-def test_a_token_not_seen_takes_turns_as_itself() -> None:
+def test_tokens_not_seen_share_one_small_turn() -> None:
+    """Calls whose token this process has not seen share one key holding at most half the
+    reserve: made-up or new tokens neither take the threads nor jump the queue."""
     hints = WorkspaceHints(size=2)
-    assert hints.key("h1") == "token:h1"
+    assert hints.key("h1") == hints.key("h2") == UNVERIFIED
     hints.note("h1", "ws-a")
     hints.note("h2", "ws-b")
     assert hints.key("h1") == "ws-a"
     hints.note("h3", "ws-c")  # the oldest is forgotten
-    assert hints.key("h1") == "token:h1" and hints.key("h3") == "ws-c"
+    assert hints.key("h1") == UNVERIFIED and hints.key("h3") == "ws-c"
+    hints.forget("h3")  # a token the read refused
+    assert hints.key("h3") == UNVERIFIED
+
+    async def scenario() -> None:
+        turns = Turns(places=8, reserve=4)
+        release, got = asyncio.Event(), []
+        junk = [asyncio.create_task(_hold(turns, UNVERIFIED, release, got)) for _ in range(10)]
+        await _settle()
+        assert turns.held == {UNVERIFIED: 2} and turns.waiting(UNVERIFIED) == 8
+        real = asyncio.create_task(_hold(turns, "ws-b", release, got))
+        await _settle()
+        assert turns.held["ws-b"] == 1
+        release.set()
+        await asyncio.gather(*junk, real)
+
+    asyncio.run(scenario())
+
+
+def test_all_waiting_calls_are_bounded_too() -> None:
+    async def scenario() -> None:
+        turns = Turns(places=1, reserve=0, waiting=10, total_waiting=3)
+        release, got = asyncio.Event(), []
+        tasks = [asyncio.create_task(_hold(turns, f"ws-{i}", release, got)) for i in range(4)]
+        await _settle()
+        assert turns.waiting() == 3
+        with pytest.raises(TooManyRequests):
+            await _hold(turns, "ws-other", release, got)
+        release.set()
+        await asyncio.gather(*tasks)
+
+    asyncio.run(scenario())

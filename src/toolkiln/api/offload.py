@@ -19,6 +19,7 @@ result is recorded), as before.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 from collections.abc import Callable
@@ -63,9 +64,23 @@ class Offload:
         run = functools.partial(contextvars.copy_context().run, fn, *args)
         if self.turns is None or turn is None:
             return await loop.run_in_executor(self._pool, run)
-        async with self.turns.turn(turn):
-            return await loop.run_in_executor(self._pool, run)
+        turns = self.turns
+        await turns.acquire(turn)
+        try:
+            future = self._pool.submit(run)
+        except BaseException:
+            turns.release(turn)
+            raise
+        # The turn is the thread's: given back when the call ends, not when the request does
+        # (a cancelled request leaves its call running on the thread).
+        future.add_done_callback(lambda _: _on_loop(loop, turns.release, turn))
+        return await asyncio.wrap_future(future)
 
     def close(self) -> None:
         """No new calls; the ones running finish on their threads."""
         self._pool.shutdown(wait=False)
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> None:
+    with contextlib.suppress(RuntimeError):  # the loop closed at shutdown: nothing waits
+        loop.call_soon_threadsafe(fn, *args)

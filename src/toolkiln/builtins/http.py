@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 import ssl
 import time
 from typing import Any
@@ -368,9 +369,17 @@ def _headers_for(headers: dict[str, str], secrets: dict[str, Secret], target: Ta
     return out
 
 
-def _mask(text: str, secrets: dict[str, Secret]) -> str:
-    for secret in secrets.values():
-        text = text.replace(secret.value, "{{secrets." + secret.name + "}}")
+def _mask(text: str, secrets: dict[str, Secret], any_case: bool = False) -> str:
+    """Each secret's value as its placeholder, the longest first: a shorter value inside a
+    longer one masked first would leave the rest of the longer shown
+    (tests/security/test_secret_at_the_cut.py). ``any_case``: in whatever case it comes
+    (header names, which HTTP lowercases)."""
+    for secret in sorted(secrets.values(), key=lambda s: -len(s.value)):
+        placeholder = "{{secrets." + secret.name + "}}"
+        if any_case:
+            text = re.sub(re.escape(secret.value), placeholder, text, flags=re.IGNORECASE)
+        else:
+            text = text.replace(secret.value, placeholder)
     return text
 
 
@@ -388,7 +397,7 @@ def _mask_all(value: Any, secrets: dict[str, Secret]) -> Any:
 def _shown_headers(headers: httpx.Headers, secrets: dict[str, Secret]) -> dict[str, str]:
     out: dict[str, str] = {}
     for name, value in list(headers.multi_items())[:100]:
-        key = scrub(name.lower()[:256])
+        key = scrub(_mask(name, secrets, any_case=True).lower()[:256])
         shown = scrub(_mask(value, secrets)[:8192])  # masked, then cut: never in part
         out[key] = f"{out[key]}, {shown}" if key in out else shown
     return out

@@ -89,20 +89,19 @@ def serve(
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     host = host_for(settings)
     service = RunnerService(host)
-    old = None
+    path = None
     if listen.startswith("unix:"):
         path = Path(listen.removeprefix("unix:").removeprefix("//"))
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.exists() or path.is_symlink():
             path.unlink()
-        # The socket is its owner's alone; only its bind runs under this umask (the
-        # sandboxes' directories made under it lacked their search bit: tests/deploy).
-        old = os.umask(0o177)
-    try:
-        server, _ = make_server(service, listen, token, server_credentials(settings))
-    finally:
-        if old is not None:
-            os.umask(old)
+    server, _ = make_server(service, listen, token, server_credentials(settings))
+    if path is not None:
+        # Its owner's alone. Not by a umask around the bind: that is the whole process's,
+        # and the sandboxes' threads made directories under it without their search bit
+        # (tests/deploy/test_image.py). Until this chmod the usual umask leaves others no
+        # write permission on it, which connecting needs.
+        os.chmod(path, 0o600)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

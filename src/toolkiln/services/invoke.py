@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from toolkiln.domain.auth import Bearer, Principal
-from toolkiln.domain.errors import Conflict, Forbidden, InvalidRequest, NotFound
+from toolkiln.domain.errors import Conflict, Forbidden, InvalidRequest, NotFound, Unauthenticated
 from toolkiln.domain.ids import new_id
 from toolkiln.domain.limits import MAX_CALL_ID_CHARS, MAX_TIMEOUT_MS
 from toolkiln.domain.origin import Budget, Caller, Origin, Source
@@ -27,7 +27,7 @@ from toolkiln.services.ports import UnitOfWorkFactory
 from toolkiln.services.router import RUN_CODE_TIMEOUT_MS, Router
 from toolkiln.services.runs import Code, Runs, unrunnable
 from toolkiln.services.tools import ToolService
-from toolkiln.services.turns import WorkspaceHints
+from toolkiln.services.turns import UNVERIFIED, WorkspaceHints
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +98,7 @@ class InvokeService:
 
     def turn_key(self, bearer: str | None) -> str:
         """The workspace a call with this token waits for a thread as (services/turns.py)."""
-        return self.hints.key(hash_of(bearer)) if bearer else "no token"
+        return self.hints.key(hash_of(bearer)) if bearer else UNVERIFIED
 
     # -- public use cases
 
@@ -119,7 +119,11 @@ class InvokeService:
             else:
                 found = tx.tools.get_as(hashed, tool_id)
                 token, tool, policy = found or (None, None, None)
-                principal = principal_from(token)
+                try:
+                    principal = principal_from(token)
+                except Unauthenticated:
+                    self.hints.forget(hashed)  # a revoked token takes no workspace's turns
+                    raise
             principal.require("invoke")
             check_ids(who)
             if tool is None or not principal.can_see(tool.workspace_id):

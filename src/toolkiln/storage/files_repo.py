@@ -9,7 +9,6 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from toolkiln.domain.ids import utcnow
 from toolkiln.storage.moments import utc as _utc
 from toolkiln.storage.tables import files
 
@@ -39,7 +38,11 @@ class SqlFiles:
         count, size = self._c.execute(q).one()
         return int(count), int(size)
 
-    def prune(self, before: datetime | None = None) -> int:
-        """Delete the files whose link expired before ``before`` (now); how many."""
-        done = self._c.execute(files.delete().where(files.c.expires_at <= (before or utcnow())))
+    def prune(self, before: datetime, limit: int) -> int:
+        """Delete up to ``limit`` files whose link expired before ``before`` (by the expiry
+        index); how many."""
+        oldest = (
+            sa.select(files.c.id).where(files.c.expires_at <= before).limit(limit).scalar_subquery()
+        )
+        done = self._c.execute(files.delete().where(files.c.id.in_(oldest)))
         return int(done.rowcount or 0)

@@ -166,7 +166,8 @@ files = sa.Table(
     sa.Column("expires_at", Moment, nullable=False),
     # In the database, so every replica serves every link; null only on rows from before.
     sa.Column("content", sa.LargeBinary),
-    sa.Index("ix_files_workspace_expires", "workspace_id", "expires_at"),  # quota, pruning
+    sa.Index("ix_files_workspace_expires", "workspace_id", "expires_at"),  # a quota
+    sa.Index("ix_files_expires", "expires_at"),  # the pruning of expired files
 )
 
 agents = sa.Table(
