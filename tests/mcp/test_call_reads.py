@@ -10,6 +10,7 @@ at most one."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -27,7 +28,8 @@ from mcp.client.streamable_http import streamable_http_client
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
-from tests.conftest import free_port
+from tests.conftest import PG_URL, free_port
+from tests.reliability.harness import fresh_postgres_database
 from toolkiln.app import Runtime, build
 from toolkiln.config import Settings
 from toolkiln.domain.tools import ToolDraft
@@ -85,7 +87,17 @@ class Served:
 def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Served]:
     """A service whose MCP transport runs alone on a real uvicorn: no background loop (the
     list watcher, SQLite's checkpoint) reads the database while a call is counted."""
-    url = None if request.param == "sqlite" else request.getfixturevalue("postgres_url")
+    # A database of its own: the bootstrap token counts only where no admin exists yet.
+    with contextlib.ExitStack() as stack:
+        url = (
+            None
+            if request.param == "sqlite"
+            else stack.enter_context(fresh_postgres_database(PG_URL))
+        )
+        yield from _served(request, tmp_path, url)
+
+
+def _served(request: pytest.FixtureRequest, tmp_path: Path, url: str | None) -> Iterator[Served]:
     rt = build(Settings(data_dir=tmp_path, database_url=url), hosted=True)
     try:
         rt.services.access.bootstrap(TOKEN)
