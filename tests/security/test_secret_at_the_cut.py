@@ -68,21 +68,25 @@ def _call(client: TestClient, url: str, headers: dict[str, str]) -> dict:
     return dict(data)
 
 
-def test_a_secret_across_the_cut_is_not_shown_in_part(tmp_path: Path, echo: str) -> None:
-    with own_service(tmp_path, ADMIN) as (_, client, who):
-        ws = who.workspace_id
-        r = client.patch(
-            f"/v1/workspaces/{ws}/policy",
-            json={"egress": [echo], "egress_private": True},
-            headers=HEADERS,
-        )
-        assert r.status_code == 200, r.text
+def _with_secrets(client: TestClient, ws: str, echo: str, named: dict[str, str]) -> None:
+    r = client.patch(
+        f"/v1/workspaces/{ws}/policy",
+        json={"egress": [echo], "egress_private": True},
+        headers=HEADERS,
+    )
+    assert r.status_code == 200, r.text
+    for name, value in named.items():
         r = client.post(
             f"/v1/workspaces/{ws}/secrets",
-            json={"name": "KEY", "value": VALUE, "hosts": [echo]},
+            json={"name": name, "value": value, "hosts": [echo]},
             headers=HEADERS,
         )
         assert r.status_code == 201, r.text
+
+
+def test_a_secret_across_the_cut_is_not_shown_in_part(tmp_path: Path, echo: str) -> None:
+    with own_service(tmp_path, ADMIN) as (_, client, who):
+        _with_secrets(client, who.workspace_id, echo, {"KEY": VALUE})
         base = f"http://{echo}/?k="
         pads = {f"X-Pad-{i}": "x" * 8192 for i in range(63)}
         # Where the secret lands in the echo, measured with a marker first.
@@ -103,41 +107,13 @@ def test_a_secret_across_a_header_cut_is_not_shown_in_part(tmp_path: Path, echo:
     """A header of the answer is shown up to 8,192 characters: one that echoes the secret
     across that cut shows none of it either."""
     with own_service(tmp_path, ADMIN) as (_, client, who):
-        ws = who.workspace_id
-        r = client.patch(
-            f"/v1/workspaces/{ws}/policy",
-            json={"egress": [echo], "egress_private": True},
-            headers=HEADERS,
-        )
-        assert r.status_code == 200, r.text
-        r = client.post(
-            f"/v1/workspaces/{ws}/secrets",
-            json={"name": "KEY", "value": VALUE, "hosts": [echo]},
-            headers=HEADERS,
-        )
-        assert r.status_code == 201, r.text
+        _with_secrets(client, who.workspace_id, echo, {"KEY": VALUE})
         lead = f"/?k={'{{secrets.KEY}}'}"
         pad = "q" * (8192 - len("/?k=") - (len(VALUE) - 1))  # all but its last character
         answer = _call(client, f"http://{echo}{lead}", {"X-Q": pad})
     shown = answer["headers"]["x-echo"]
     assert VALUE not in shown
     assert not any(VALUE[:n] in shown for n in range(8, len(VALUE))), shown[-80:]
-
-
-def _with_secrets(client: TestClient, ws: str, echo: str, named: dict[str, str]) -> None:
-    r = client.patch(
-        f"/v1/workspaces/{ws}/policy",
-        json={"egress": [echo], "egress_private": True},
-        headers=HEADERS,
-    )
-    assert r.status_code == 200, r.text
-    for name, value in named.items():
-        r = client.post(
-            f"/v1/workspaces/{ws}/secrets",
-            json={"name": name, "value": value, "hosts": [echo]},
-            headers=HEADERS,
-        )
-        assert r.status_code == 201, r.text
 
 
 def test_a_secret_inside_another_does_not_unmask_it(tmp_path: Path, echo: str) -> None:
