@@ -16,6 +16,7 @@ policy is never handed to another's request.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import ssl
 import time
@@ -27,7 +28,7 @@ import httpx
 
 from toolkiln.domain.egress import address_refusal
 from toolkiln.outbound import lookup
-from toolkiln.outbound.http import deadline_bound
+from toolkiln.outbound.http import connect_first, deadline_bound
 
 Resolve = Callable[[str, int, float], list[lookup.Address]]  # (host, port, until) -> addresses
 
@@ -84,17 +85,9 @@ class GuardedBackend(httpcore.NetworkBackend):
             why = address_refusal(ipaddress.ip_address(address), self._private_ok)
             if why is not None:
                 raise AddressRefused(host, address, why)
-        failure: httpcore.ConnectError | None = None
-        for address in addresses:
-            try:
-                stream = self._inner.connect_tcp(
-                    address, port, self._left(timeout), None, socket_options
-                )
-            except httpcore.ConnectError as exc:
-                failure = exc
-                continue
-            return deadline_bound(stream)
-        raise failure if failure is not None else httpcore.ConnectError(f"{host} has no address")
+        left = functools.partial(self._left, timeout)
+        stream = connect_first(self._inner, host, addresses, port, left, None, socket_options)
+        return deadline_bound(stream)
 
     def connect_unix_socket(
         self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import ssl
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -220,6 +220,26 @@ class _UntilStream(httpcore.NetworkStream):
 DEFAULT_CONNECT_S = 10.0  # a connection made outside any request's deadline
 
 
+def connect_first(
+    inner: httpcore.NetworkBackend,
+    host: str,
+    addresses: Iterable[str],
+    port: int,
+    left: Callable[[], float],
+    local_address: str | None,
+    socket_options: Iterable[Any] | None,
+) -> httpcore.NetworkStream:
+    """The first of a name's addresses that takes the connection, each tried in the order
+    the lookup gave them within the time ``left()`` gives; all refusing raise the last error."""
+    failure: httpcore.ConnectError | None = None
+    for address in addresses:
+        try:
+            return inner.connect_tcp(address, port, left(), local_address, socket_options)
+        except httpcore.ConnectError as exc:
+            failure = exc
+    raise failure if failure is not None else httpcore.ConnectError(f"{host!r} has no address")
+
+
 class _UntilBackend(httpcore.NetworkBackend):
     def __init__(self) -> None:
         self._inner = httpcore.SyncBackend()
@@ -240,18 +260,17 @@ class _UntilBackend(httpcore.NetworkBackend):
             raise httpcore.ConnectTimeout(str(exc)) from None
         except OSError as exc:
             raise httpcore.ConnectError(str(exc)) from None
-        failure: httpcore.ConnectError | None = None
-        for *_, sockaddr in addresses:
-            left = max(0.001, until - time.monotonic())
-            try:
-                stream = self._inner.connect_tcp(
-                    str(sockaddr[0]), port, left, local_address, socket_options
-                )
-            except httpcore.ConnectError as exc:
-                failure = exc
-                continue
-            return _UntilStream(stream)
-        raise failure if failure is not None else httpcore.ConnectError(f"{host!r} has no address")
+        found = [str(sockaddr[0]) for *_, sockaddr in addresses]
+        stream = connect_first(
+            self._inner,
+            host,
+            found,
+            port,
+            lambda: max(0.001, until - time.monotonic()),
+            local_address,
+            socket_options,
+        )
+        return _UntilStream(stream)
 
     def connect_unix_socket(
         self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
