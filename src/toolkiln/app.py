@@ -218,7 +218,7 @@ def build(
         router=router,
         files=files,
         outbox=OutboxService(uow, positions),
-        agents=AgentService(uow, invoke, router),
+        agents=AgentService(uow, router),
         generate=GenerateService(
             uow,
             tools,

@@ -8,7 +8,7 @@ from fastapi.testclient import TestClient
 
 from tests.conftest import Space
 from toolkiln.app import Runtime
-from toolkiln.services.invoke import CallContext
+from toolkiln.services.calls import CallContext
 
 CALLS_NUL_NAMES = (
     "def main(*, ctx, **p):\n"

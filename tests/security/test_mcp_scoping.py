@@ -31,7 +31,7 @@ from toolkiln.app import Runtime, build
 from toolkiln.config import Settings
 from toolkiln.domain.auth import Principal
 from toolkiln.domain.tools import ToolDraft
-from toolkiln.services.invoke import CallContext
+from toolkiln.services.calls import CallContext
 
 ADMIN = "tk_mcp-scoping-admin"
 OK = "def main(**p):\n    return {'message': 'ok'}\n"

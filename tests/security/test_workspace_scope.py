@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 
 from tests.conftest import Space, seed_tool
 from toolkiln.app import Runtime
-from toolkiln.services.invoke import CallContext
+from toolkiln.services.calls import CallContext
 
 
 def _tool(client: TestClient, space: Space, **over: Any) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from tests.conftest import Space
 from toolkiln.app import Runtime
 from toolkiln.domain.records import AuditFilter
 from toolkiln.domain.tools import ToolDraft
-from toolkiln.services.invoke import CallContext
+from toolkiln.services.calls import CallContext
 
 
 def _tool(runtime: Runtime, space: Space, code: str, name: str):

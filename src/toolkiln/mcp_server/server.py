@@ -29,8 +29,8 @@ from toolkiln.domain.errors import TooManyRequests
 from toolkiln.mcp_server.render import error_text
 from toolkiln.services import tracing
 from toolkiln.services.background import Loop
+from toolkiln.services.calls import CallContext
 from toolkiln.services.container import Services
-from toolkiln.services.invoke import CallContext
 from toolkiln.services.turns import Turns
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -22,13 +21,7 @@ from toolkiln.domain.origin import Budget, Offer, Origin
 from toolkiln.domain.records import Agent, AuditRow, Policy, check_label
 from toolkiln.domain.results import Result, error, refused
 from toolkiln.services.access import principal_of
-from toolkiln.services.invoke import (
-    CallContext,
-    InvokeService,
-    check_ids,
-    duplicate_call_id,
-    raced_call_id,
-)
+from toolkiln.services.calls import CallContext, check_ids, duplicate_call_id, raced_call_id
 from toolkiln.services.paging import listing_scope
 from toolkiln.services.ports import UnitOfWork, UnitOfWorkFactory
 from toolkiln.services.router import Found, Router
@@ -49,9 +42,8 @@ LIST_CHANGING_EVENTS = [
 
 
 class AgentService:
-    def __init__(self, uow: UnitOfWorkFactory, invoke: InvokeService, router: Router) -> None:
+    def __init__(self, uow: UnitOfWorkFactory, router: Router) -> None:
         self._uow = uow
-        self._invoke = invoke
         self._router = router
 
     # -- agents
@@ -276,7 +268,7 @@ class AgentService:
         if mode == "code" and name != RUN_PROGRAM:
             message = f"In code mode the one tool is {RUN_PROGRAM}."
             err = error("unknown_tool", message, {"available": [RUN_PROGRAM]})
-            return refused(who.tool_call_id or new_id(), None, None, err)
+            return refused(who.call_id(), None, None, err)
         mode = "code" if name == RUN_PROGRAM else "direct"
         found: Found | None = None
         with self._uow(readonly=True) as tx:
@@ -285,11 +277,10 @@ class AgentService:
                 frozenset(d.name for d in defs if d.kind == "builtin"),
                 {str(d.tool_id): d.pinned for d in defs if d.kind == "custom"},
             )
-            context = dataclasses.replace(who, agent_id=agent.id, source="llm")
-            caller = self._invoke.caller(
-                principal, agent.workspace_id, context, agent_name=agent.name
+            caller = who.for_agent(agent.id).caller(
+                principal, agent.workspace_id, agent_name=agent.name
             )
-            call_id = who.tool_call_id or new_id()
+            call_id = who.call_id()
             if who.tool_call_id is not None and tx.calls.exists(agent.workspace_id, call_id):
                 raise duplicate_call_id()
             # A custom tool's run is bounded by its own timeout_ms inside this deadline.

@@ -4,41 +4,26 @@ router; what happens then is the router's alone."""
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from toolkiln.domain.auth import Bearer, Principal
-from toolkiln.domain.errors import Conflict, Forbidden, InvalidRequest, NotFound, Unauthenticated
+from toolkiln.domain.errors import Forbidden, InvalidRequest, NotFound, Unauthenticated
 from toolkiln.domain.ids import new_id
-from toolkiln.domain.limits import MAX_CALL_ID_CHARS, MAX_TIMEOUT_MS
-from toolkiln.domain.origin import Budget, Caller, Origin, Source
-from toolkiln.domain.problems import Problem, problem
+from toolkiln.domain.limits import MAX_TIMEOUT_MS
+from toolkiln.domain.origin import Budget, Caller, Origin
 from toolkiln.domain.records import AuditFilter, AuditRow, CallRecord, Policy
 from toolkiln.domain.results import Result
-from toolkiln.domain.text import is_client_id
 from toolkiln.domain.tools import ToolDraft, definition_of
 from toolkiln.services.access import hash_of, principal_from
 from toolkiln.services.audit import AuditService
+from toolkiln.services.calls import CallContext, check_ids, duplicate_call_id, raced_call_id
 from toolkiln.services.places import Places
 from toolkiln.services.ports import UnitOfWorkFactory
 from toolkiln.services.router import RUN_CODE_TIMEOUT_MS, Router
 from toolkiln.services.runs import Code, Runs, unrunnable
 from toolkiln.services.tools import ToolService
 from toolkiln.services.turns import UNVERIFIED, WorkspaceHints
-
-
-@dataclass(frozen=True, slots=True)
-class CallContext:
-    """What a request says about its call: ids given by the client, and its source."""
-
-    tool_call_id: str | None = None
-    agent_id: str | None = None
-    conversation_id: str | None = None
-    power_user_id: str | None = None
-    source: Source = "api"
 
 
 class DraftRunner:
@@ -130,7 +115,7 @@ class InvokeService:
                 raise NotFound("No custom tool with that id.")
             if hashed:
                 self.hints.note(hashed, tool.workspace_id)
-            call_id = who.tool_call_id or new_id()
+            call_id = who.call_id()
             if who.tool_call_id is not None and tx.calls.exists(tool.workspace_id, call_id):
                 raise duplicate_call_id()
             agent = tx.agents.get(who.agent_id) if who.agent_id else None
@@ -140,7 +125,7 @@ class InvokeService:
             if policy is None:
                 policy = tx.workspaces.policy(tool.workspace_id)
         name = agent.name if agent and agent.workspace_id == tool.workspace_id else None
-        caller = self.caller(principal, tool.workspace_id, who, agent_name=name)
+        caller = who.caller(principal, tool.workspace_id, agent_name=name)
         budget = Budget.lasting(tool.definition.timeout_ms)
         budget.policy = policy
         origin = Origin.root(caller, call_id, budget)
@@ -163,7 +148,7 @@ class InvokeService:
         """POST /v1/run-code: the run_code built-in as a root call."""
         principal.require("invoke")
         check_ids(who)
-        caller = self.caller(principal, principal.workspace_id, who)
+        caller = who.caller(principal, principal.workspace_id)
         call_id = self.fresh_call_id(principal.workspace_id, who)
         origin = Origin.root(caller, call_id, Budget.lasting(RUN_CODE_TIMEOUT_MS))
         body = {"language": language, "code": code, "input": payload}
@@ -180,7 +165,7 @@ class InvokeService:
         answer is what ``ctx.tools`` would resolve to (the value or the error envelope)."""
         principal.require("invoke")
         check_ids(who)
-        caller = self.caller(principal, principal.workspace_id, who)
+        caller = who.caller(principal, principal.workspace_id)
         call_id = self.fresh_call_id(principal.workspace_id, who)
         origin = Origin.root(caller, call_id, Budget.lasting(MAX_TIMEOUT_MS))
         if not self._router.is_builtin(name):
@@ -215,55 +200,3 @@ class InvokeService:
             if tx.calls.exists(workspace_id, who.tool_call_id):
                 raise duplicate_call_id()
         return who.tool_call_id
-
-    def caller(
-        self,
-        principal: Principal,
-        workspace_id: str,
-        who: CallContext,
-        *,
-        agent_name: str | None = None,
-    ) -> Caller:
-        return Caller(
-            principal,
-            workspace_id,
-            who.source,
-            who.agent_id,
-            agent_name,
-            who.conversation_id,
-            who.power_user_id,
-        )
-
-
-def check_ids(who: CallContext) -> None:
-    """Ids a client gives are printable text of at most 128 characters, or refused."""
-    problems: list[Problem] = []
-    for name in ("tool_call_id", "agent_id", "conversation_id", "power_user_id"):
-        value = getattr(who, name)
-        if value is None:
-            continue
-        if not is_client_id(value):
-            problems.append(problem(name, f"1 to {MAX_CALL_ID_CHARS} printable ASCII characters"))
-    if problems:
-        raise InvalidRequest(f"{problems[0]['field']} is not a valid id.", problems)
-
-
-@contextlib.contextmanager
-def raced_call_id(who: CallContext) -> Iterator[None]:
-    """Two requests with the same client ``tool_call_id`` at once both pass the check before
-    their runs (it is no reservation: both run); the later record then meets the earlier's
-    unique key. That answer is ``duplicate_tool_call_id`` too, not a generic conflict."""
-    try:
-        yield
-    except Conflict as exc:
-        if who.tool_call_id is not None and exc.code == "conflict":
-            raise duplicate_call_id() from exc
-        raise
-
-
-def duplicate_call_id() -> Conflict:
-    return Conflict(
-        "That tool_call_id was used before in this workspace.",
-        [{"field": "tool_call_id", "message": "already used"}],
-        code="duplicate_tool_call_id",
-    )

@@ -12,7 +12,7 @@ from toolkiln.api import models
 from toolkiln.api.deps import Calls, Invoker, Reader, Svc, Writer
 from toolkiln.domain.ids import rfc3339
 from toolkiln.domain.records import Agent
-from toolkiln.services.invoke import CallContext
+from toolkiln.services.calls import CallContext
 
 router = APIRouter(prefix="/v1/agents", tags=["agents"])
 
@@ -125,10 +125,8 @@ async def tool_call(
 ) -> dict[str, Any]:
     """On the tool-call pool (api/offload.py); ``run_program`` and ``run_code`` take a place
     of the workspace's long work (429 when none is free)."""
-    context = CallContext(
-        tool_call_id=body.tool_call_id,
-        conversation_id=body.conversation_id,
-        power_user_id=body.power_user_id,
+    context = CallContext.of(
+        body.tool_call_id, conversation_id=body.conversation_id, power_user_id=body.power_user_id
     )
     result = await pool(
         svc.agents.dispatch,

@@ -12,8 +12,8 @@ from pydantic import Field
 from toolkiln.api import models
 from toolkiln.api.deps import Calls, Invoker, Reader, Svc
 from toolkiln.domain.ids import rfc3339
+from toolkiln.services.calls import CallContext
 from toolkiln.services.files import safe_filename
-from toolkiln.services.invoke import CallContext
 
 router = APIRouter(prefix="/v1", tags=["built-in tools"])
 
@@ -43,11 +43,7 @@ async def call_builtin(
 ) -> dict[str, Any]:
     """Call a built-in the way a model does: same checks, allowlists and audit as tool code
     (``run_code`` takes a place of the workspace's long work)."""
-    context = CallContext(
-        tool_call_id=body.tool_call_id,
-        agent_id=body.agent_id,
-        source="llm" if body.agent_id else "api",
-    )
+    context = CallContext.of(body.tool_call_id, body.agent_id)
     call = svc.invoke.call_builtin
     return {"data": await pool(call, who, name, body.input, context, turn=who.workspace_id)}
 

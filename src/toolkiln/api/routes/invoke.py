@@ -17,8 +17,8 @@ from toolkiln.api.middleware import content_kind, is_json, replay_body
 from toolkiln.api.offload import Offload
 from toolkiln.api.routes.tools import draft_of
 from toolkiln.domain.auth import Bearer, Principal
+from toolkiln.services.calls import CallContext
 from toolkiln.services.container import Services
-from toolkiln.services.invoke import CallContext
 
 router = APIRouter(prefix="/v1", tags=["invoking"])
 
@@ -66,12 +66,8 @@ async def _invoke(
     transaction and, sync, a thread hop) unless the caller is known already."""
     svc: Services = request.app.state.services
     offload: Offload = request.app.state.offload
-    context = CallContext(
-        tool_call_id=body.tool_call_id,
-        agent_id=body.agent_id,
-        conversation_id=body.conversation_id,
-        power_user_id=body.power_user_id,
-        source="llm" if body.agent_id else "api",
+    context = CallContext.of(
+        body.tool_call_id, body.agent_id, body.conversation_id, body.power_user_id
     )
     if who is not None:
         credential: Principal | Bearer = who
@@ -158,7 +154,7 @@ class _Asgi:
 @router.post("/run-code", response_model=models.One[models.Result], responses=models.LONG_WORK)
 async def run_code(body: models.RunCodeIn, who: Invoker, svc: Svc, pool: Work) -> dict[str, Any]:
     """A place of the workspace's long work while it runs (429 when none is free)."""
-    context = CallContext(tool_call_id=body.tool_call_id)
+    context = CallContext.of(body.tool_call_id)
     run = svc.invoke.run_code
     return {"data": await pool(run, who, body.language, body.code, body.input, context)}
 
