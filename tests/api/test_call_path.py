@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from tests.api.calls import invoke, make_tool
 from tests.conftest import Space
 from toolkiln.app import Runtime
-from toolkiln.services import router
+from toolkiln.services import admission, router
 
 
 def _audit(client: TestClient, space: Space, **params: Any) -> list[dict[str, Any]]:
@@ -175,7 +175,7 @@ def test_a_call_that_did_not_queue_keeps_the_status_its_read_saw(
     pool checkout, a ping, BEGIN; here made slower than the window on purpose) is not a
     queue, and its call reads the status once. A call that does queue reads it again
     (test_fair_workers, test_disable_race, and the test below)."""
-    monkeypatch.setattr(router, "ADMIT_FRESH_S", 0.5)  # wide: a loaded machine stays within
+    monkeypatch.setattr(admission, "ADMIT_FRESH_S", 0.5)  # wide: a loaded machine stays within
     tool = make_tool(client, space, "read-once", "def main(**p):\n    return {'message': 'ok'}")
     assert invoke(client, space, tool)["status"] == "ok"  # its validator and code are made
     reads: list[str] = []
@@ -220,7 +220,7 @@ def test_a_tool_disabled_between_its_read_and_its_run_is_not_run(
             time.sleep(0.05)
         return real(validator, payload)
 
-    monkeypatch.setattr(router, "ADMIT_FRESH_S", 0.02)  # wider than a process takes to come
+    monkeypatch.setattr(admission, "ADMIT_FRESH_S", 0.02)  # wider than a process takes to come
     monkeypatch.setattr(router, "input_problems", validate_then_disable)
     res = invoke(client, space, tool)
     assert fired and res["error"] is not None, res

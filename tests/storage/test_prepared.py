@@ -320,7 +320,7 @@ def test_a_one_statement_read_runs_without_a_transaction_on_postgresql(
         tx.connection.execute(tools.update().where(tools.c.id == tool_id).values(status="disabled"))
     with db.transaction(readonly=True, one_statement=True) as tx:
         dbapi = tx.connection.connection.dbapi_connection
-        assert tx.tools.status(tool_id) == "disabled"  # the statement _active runs
+        assert tx.tools.status(tool_id) == "disabled"  # the statement Admissions.active runs
         if backend == "postgresql":
             assert dbapi.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         else:

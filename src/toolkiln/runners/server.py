@@ -34,7 +34,7 @@ log = logging.getLogger("toolkiln.runner")
 # A run whose process was ready within this long of its arrival keeps the admission the API
 # gave when it sent it; a run that waited longer (its workspace's turn, a process) asks the
 # API again (the status is decided when the run starts). The API's own window
-# (services/router.py ADMIT_FRESH_S) is as long.
+# (services/admission.py ADMIT_FRESH_S) is as long.
 ADMIT_FRESH_S = 0.001
 # Runs at once on one runner, nested runs included; beyond the sandboxes' places a run waits
 # in its sandbox's fair queue, not here.

@@ -36,6 +36,7 @@ from toolkiln.domain.schema.budget import Searcher, on_behalf_of
 from toolkiln.domain.schema.validation import InputValidator, compile_validator, input_problems
 from toolkiln.domain.tools import Tool
 from toolkiln.services import tracing
+from toolkiln.services.admission import Admissions
 from toolkiln.services.dispatch import Builtins
 from toolkiln.services.places import Places
 from toolkiln.services.ports import (
@@ -50,9 +51,6 @@ from toolkiln.services.runs import Code, Runs, test_run, unrunnable
 Kind = Literal["builtin", "run_code", "custom", "refused"]
 MAX_NAME_CHARS = MAX_CTX_NAME_CHARS
 RUN_CODE_TIMEOUT_MS = 5000
-# A run whose sandbox process was ready within this long of the statement that read its
-# tool starts with the status that statement saw; later (it queued), it reads it again.
-ADMIT_FRESH_S = 0.001
 
 
 class Router:
@@ -79,7 +77,7 @@ class Router:
         self._places = places or Places()
         self._compiled_cache: OrderedDict[tuple[str, int], InputValidator] = OrderedDict()
         self._lock = threading.Lock()
-        self._unrecorded = _Unrecorded()
+        self._admissions = Admissions(uow)
 
     # -- entry points
 
@@ -146,7 +144,8 @@ class Router:
         """Invoke a tool the caller may reach (possibly at a pinned version: the counters
         are the tool's, code and schema the version's), as the call ``origin`` names.
         ``read_at`` is when the statement that read ``tool`` was sent (``time.monotonic()``,
-        after its transaction began): its status is the one ``_active`` checks."""
+        after its transaction began): its status is the one its admission checks
+        (services/admission.py)."""
         started = time.perf_counter()
         with tracing.tool_call(origin, tool.name) as span:
             result = self._run_tool(origin, tool, payload, read_at=read_at)
@@ -170,27 +169,9 @@ class Router:
         if analysis.problems:
             return self._recorded(run, tool, _unchecked(run.call_id, tool, analysis))
         code = Code.analysed(d.language, d.code, analysis, d.timeout_ms)
-        ended = False
-
-        def on_end() -> None:  # the run is over; its process is about to be handed on
-            nonlocal ended
-            if not ended:
-                ended = True
-                self._unrecorded.add(tool.id)
-
-        try:
-            outcome = self._runs.run(
-                run,
-                code,
-                payload,
-                self.from_code,
-                admit=lambda: self._active(tool.id, read_at, run.deadline),
-                ended=on_end,
-            )
+        with self._admissions.of(tool.id, read_at, run.deadline) as admission:
+            outcome = self._runs.run(run, code, payload, self.from_code, admission)
             return self._recorded(run, tool, Runs.shape(run, code, tool.version, outcome))
-        finally:
-            if ended:
-                self._unrecorded.done(tool.id)
 
     def run_draft(
         self, origin: Origin, code: Code, schema: dict[str, Any], payload: Any, name: str
@@ -423,25 +404,6 @@ class Router:
                 budget.policy = tx.workspaces.policy(origin.workspace_id)
         return budget.policy
 
-    def _active(self, tool_id: str, read_at: float, deadline: float) -> bool:
-        """The status when the run starts, not when the request arrived: the
-        status read with the tool stands when a sandbox process was ready within
-        ``ADMIT_FRESH_S`` of when the statement that read it was sent (``read_at``): the
-        status is then at most that old when the run starts, and the call did not queue. A
-        call that waited longer (for its workspace's turn, a process, a package, the GIL)
-        reads it again. The window does not count the read's pool checkout and BEGIN
-        (docs/decisions/108-one-read-per-call.md).
-
-        A run of the same tool that ended here and whose record (the counters: maybe the
-        disable) is still being written is waited for first: the process this call got
-        may be the one that run gave back, and the call is queued behind that run. (It
-        ran, as a fourth failure after the disabling third, when the read came first.)"""
-        waited = self._unrecorded.wait(tool_id, deadline)
-        if not waited and time.monotonic() - read_at <= ADMIT_FRESH_S:
-            return True
-        with self._uow(readonly=True, one_statement=True) as tx:
-            return tx.tools.status(tool_id) == "active"
-
     def _compiled(self, tool: Tool) -> InputValidator:
         """The input validator of a tool version, made once and cached."""
         key = (tool.id, tool.version)
@@ -466,37 +428,6 @@ class Found(NamedTuple):
 
     tool: Tool | None
     read_at: float
-
-
-class _Unrecorded:
-    """Runs of each tool that ended in this process and whose record is not written yet."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._count: dict[str, int] = {}
-
-    def add(self, tool_id: str) -> None:
-        with self._cond:
-            self._count[tool_id] = self._count.get(tool_id, 0) + 1
-
-    def done(self, tool_id: str) -> None:
-        with self._cond:
-            left = self._count.get(tool_id, 0) - 1
-            if left > 0:
-                self._count[tool_id] = left
-            else:
-                self._count.pop(tool_id, None)
-                self._cond.notify_all()
-
-    def wait(self, tool_id: str, deadline: float) -> bool:
-        """Until no run of the tool awaits its record (at most until ``deadline``, a
-        ``time.monotonic()``); whether there was one to wait for."""
-        with self._cond:
-            if not self._count.get(tool_id):
-                return False
-            while self._count.get(tool_id) and (left := deadline - time.monotonic()) > 0:
-                self._cond.wait(left)
-            return True
 
 
 def _unchecked(call_id: str, tool: Tool, analysis: Analysis) -> Result:

@@ -26,6 +26,7 @@ from toolkiln.domain.results import Result, error, last_error_text, refused, sha
 from toolkiln.domain.stats import minute_of
 from toolkiln.domain.tools import AUTO_DISABLE_REASON
 from toolkiln.services import tracing
+from toolkiln.services.admission import OPEN, Admission
 from toolkiln.services.group_commit import GroupCommit
 from toolkiln.services.ports import (
     CallObserver,
@@ -68,28 +69,22 @@ def unrunnable(call_id: str, analysis: Analysis) -> Result:
 
 
 class _Link:
-    """One run's RunLink: ctx calls go to the router with this run's origin."""
+    """One run's RunLink: ctx calls go to the router with this run's origin; whether the run
+    starts, and that it ended, go to its admission."""
 
-    __slots__ = ("_admit", "_by_code", "_ended", "_from_code", "_origin")
+    __slots__ = ("_admission", "_by_code", "_from_code", "_origin")
 
-    def __init__(
-        self,
-        origin: Origin,
-        from_code: FromCode,
-        admit: Callable[[], bool],
-        ended: Callable[[], None],
-    ) -> None:
+    def __init__(self, origin: Origin, from_code: FromCode, admission: Admission) -> None:
         self._origin = origin
         self._from_code = from_code
-        self._admit = admit
-        self._ended = ended
+        self._admission = admission
         self._by_code: Origin | None = None  # origin.from_code(), made once (it is frozen)
 
     def admit(self) -> bool:
-        return self._admit()
+        return self._admission.admit()
 
     def ended(self) -> None:
-        self._ended()
+        self._admission.ended()
 
     def _code(self) -> Origin:
         if self._by_code is None:
@@ -149,11 +144,11 @@ class Runs:
         code: Code,
         payload: Any,
         from_code: FromCode,
-        admit: Callable[[], bool] = lambda: True,
-        ended: Callable[[], None] = lambda: None,
+        admission: Admission = OPEN,
     ) -> RunOutcome:
         """One run, bounded by the code's timeout and the time the whole call has left (the
-        sandbox may wait for a process within that time, then runs with what is left)."""
+        sandbox may wait for a process within that time, then runs with what is left);
+        ``admission`` decides whether it starts once a process is ready."""
         runner = self._runners.get(code.language)
         if runner is None:
             return RunOutcome("infra", message=f"The {code.language} runtime is not available.")
@@ -181,7 +176,7 @@ class Runs:
         )
         attributes = {"toolkiln.language": code.language, "toolkiln.timeout_ms": timeout_ms}
         with tracing.span(f"run {code.language}", attributes) as span:
-            outcome = self._run(runner, request, origin, timeout_ms, from_code, admit, ended)
+            outcome = self._run(runner, request, origin, timeout_ms, from_code, admission)
             if span.is_recording():
                 span.set_attribute("toolkiln.run.outcome", outcome.kind)
                 span.set_attribute("toolkiln.run.duration_ms", outcome.duration_ms)
@@ -196,13 +191,12 @@ class Runs:
         origin: Origin,
         timeout_ms: int,
         from_code: FromCode,
-        admit: Callable[[], bool],
-        ended: Callable[[], None],
+        admission: Admission,
     ) -> RunOutcome:
         started = time.perf_counter()
         try:
             # The run's ctx calls (built-ins above all) are bounded by this run's deadline.
-            link = _Link(origin.within(timeout_ms), from_code, admit, ended)
+            link = _Link(origin.within(timeout_ms), from_code, admission)
             return runner.run(request, link)
         except ServiceUnavailable:
             # The database (the run's admission, a ctx call's read or write), not the
