@@ -16,14 +16,14 @@ import sqlalchemy as sa
 from tests.conftest import Space, free_port
 from toolkiln.app import Runtime
 from toolkiln.domain.errors import Conflict, ServiceUnavailable
-from toolkiln.domain.execution import RunOutcome
+from toolkiln.domain.execution import Code, RunOutcome
 from toolkiln.domain.ids import new_id
 from toolkiln.domain.origin import Budget, Caller, Origin
 from toolkiln.domain.records import AuditFilter, AuditRow
 from toolkiln.domain.tools import ToolDraft
 from toolkiln.services.group_commit import GroupCommit
 from toolkiln.services.ports import UnitOfWork
-from toolkiln.services.runs import Code, Runs
+from toolkiln.services.runs import Runs
 from toolkiln.storage.database import Database
 
 

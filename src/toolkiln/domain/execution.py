@@ -5,6 +5,28 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from toolkiln.domain.analysis import Analysis
+
+
+@dataclass(frozen=True, slots=True)
+class Code:
+    """What a run runs: a tool version, a draft, or a run_code snippet; with what its
+    analysis found (the modules it imports, JavaScript's script form)."""
+
+    language: str
+    code: str
+    entry: str
+    timeout_ms: int
+    imports: tuple[str, ...] = ()
+    script: str = ""
+
+    @classmethod
+    def analysed(cls, language: str, code: str, analysis: Analysis, timeout_ms: int) -> Code:
+        return cls(
+            language, code, analysis.entrypoint, timeout_ms, analysis.imports, analysis.script
+        )
+
+
 OutcomeKind = Literal[
     "return",  # the code returned a value (not yet checked against the contract)
     "exception",  # the code raised

@@ -21,10 +21,17 @@ from toolkiln.domain.origin import Budget, Offer, Origin
 from toolkiln.domain.records import Agent, AuditRow, Policy, check_label
 from toolkiln.domain.results import Result, error, refused
 from toolkiln.services.access import principal_of
-from toolkiln.services.calls import CallContext, check_ids, duplicate_call_id, raced_call_id
+from toolkiln.services.calls import (
+    ByName,
+    CallContext,
+    Found,
+    check_ids,
+    duplicate_call_id,
+    raced_call_id,
+)
 from toolkiln.services.paging import listing_scope
 from toolkiln.services.ports import UnitOfWork, UnitOfWorkFactory
-from toolkiln.services.router import Found, Router
+from toolkiln.services.router import Router
 
 # Every change that can alter some agent's tool list leaves one of these audit rows.
 MODES = ("direct", "code")
@@ -293,7 +300,7 @@ class AgentService:
         if status and on_status is not None:
             on_status(status)
         with raced_call_id(who):
-            return self._router.call(origin, name, arguments, found)
+            return self._router.call(origin, ByName(name, arguments, found)).result
 
     @staticmethod
     def _visible(tx: UnitOfWork, principal: Principal, agent_id: str) -> Agent:

@@ -1,23 +1,32 @@
-"""What a request says about its call before the router takes it: the ids the client gave,
-whether a model or the API calls (the source), and the checks those ids pass. Every
-transport (REST, MCP) and every use case that starts a call (invoke, an agent's dispatch)
-builds its call's ``Caller`` here."""
+"""What a call is before the router takes it.
+
+What a request says about its call (``CallContext``: the ids the client gave, whether a model
+or the API calls, and the checks those ids pass): every transport (REST, MCP) and every use
+case that starts a call builds its call's ``Caller`` from it. What is called (a ``Request``:
+a tool by name, a ``ctx.tools`` call from code, a stored tool already read, a draft), handed
+to the router's one entrance, ``Router.call(origin, request)``, and what it answers
+(``Answer``: the ``Result`` and the one conversion to what ``ctx.tools`` resolves to)."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from typing import Any, Literal, NamedTuple
 
 from toolkiln.domain.auth import Principal
 from toolkiln.domain.errors import Conflict, InvalidRequest
+from toolkiln.domain.execution import Code
 from toolkiln.domain.ids import new_id
 from toolkiln.domain.limits import MAX_CALL_ID_CHARS
 from toolkiln.domain.origin import Caller, Source
 from toolkiln.domain.problems import Problem, problem
+from toolkiln.domain.results import Result
 from toolkiln.domain.text import is_client_id
+from toolkiln.domain.tools import Tool
 
 CLIENT_IDS = ("tool_call_id", "agent_id", "conversation_id", "power_user_id")
+Kind = Literal["builtin", "run_code", "custom", "refused"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,3 +106,96 @@ def duplicate_call_id() -> Conflict:
         [{"field": "tool_call_id", "message": "already used"}],
         code="duplicate_tool_call_id",
     )
+
+
+# -- what is called
+
+
+class Found(NamedTuple):
+    """A custom tool a name means to a caller (None: none it may reach), and when the
+    statement that read it was sent (``time.monotonic()``: its status is that old)."""
+
+    tool: Tool | None
+    read_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class ByName:
+    """A root call of a tool by the name its caller gives: a built-in, ``run_code``, an
+    agent's ``run_program``, or a custom tool (its name or ``custom_{id}``, within what
+    ``origin.offer`` offers). ``found``: what ``Router.find`` made of ``name`` in the
+    caller's own read, so that the call reads nothing more before its run."""
+
+    name: str
+    payload: Any
+    found: Found | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FromCode:
+    """A ``ctx.tools`` call made by the code of the run the origin belongs to: it spends the
+    call's shared budget, and answers what ``ctx.tools`` resolves to (``Answer.value``)."""
+
+    name: str
+    payload: Any
+
+
+@dataclass(frozen=True, slots=True)
+class StoredTool:
+    """A stored tool its caller read already (maybe at a pinned version: the counters are
+    the tool's, code and schema the version's). ``read_at``: when the statement that read
+    it was sent (``time.monotonic()``, after its transaction began): the status it saw is
+    the one the run's admission judges (services/admission.py)."""
+
+    tool: Tool
+    payload: Any
+    read_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class DraftCode:
+    """Unsaved code run once (a test run, a test case, a generated example): nothing is
+    stored or counted, neither the draft nor any custom tool it reaches, but the audit rows
+    of its ctx calls are written. Under a stored tool's own test case (``origin.tool_id``)
+    it leaves a ``tool.invoked`` row marked as a test run too."""
+
+    code: Code
+    schema: dict[str, Any]
+    payload: Any
+    name: str
+
+
+Request = ByName | FromCode | StoredTool | DraftCode
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What a call answered, and as what kind of tool it was routed."""
+
+    kind: Kind
+    result: Result
+
+    def value(self) -> Any:
+        """What ``ctx.tools`` resolves to: the one conversion from a Result.
+
+        Errors become the envelope ``{"error": code, "details"}`` (a nested tool's details
+        carry its whole error and its ``tool_call_id``); a built-in resolves to its value,
+        ``run_code`` to its Result, a custom tool to ``{message, rawData, llm,
+        tool_call_id}``."""
+        result, err = self.result, self.result.error
+        if self.kind == "run_code":
+            return result.as_dict()
+        if err is not None:
+            if self.kind == "custom":
+                details = {**err, "tool_call_id": result.tool_call_id}
+                return {"error": err["code"], "details": details}
+            shown = err["details"] if err["details"] is not None else {"message": err["message"]}
+            return {"error": err["code"], "details": shown}
+        if self.kind == "builtin":
+            return result.raw_data
+        return {
+            "message": result.message,
+            "rawData": result.raw_data,
+            "llm": result.llm,
+            "tool_call_id": result.tool_call_id,
+        }

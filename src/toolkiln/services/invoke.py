@@ -8,7 +8,9 @@ import time
 from typing import Any
 
 from toolkiln.domain.auth import Bearer, Principal
+from toolkiln.domain.builtin import RUN_CODE_SPEC
 from toolkiln.domain.errors import Forbidden, InvalidRequest, NotFound, Unauthenticated
+from toolkiln.domain.execution import Code
 from toolkiln.domain.ids import new_id
 from toolkiln.domain.limits import MAX_TIMEOUT_MS
 from toolkiln.domain.origin import Budget, Caller, Origin
@@ -17,11 +19,19 @@ from toolkiln.domain.results import Result
 from toolkiln.domain.tools import ToolDraft, definition_of
 from toolkiln.services.access import hash_of, principal_from
 from toolkiln.services.audit import AuditService
-from toolkiln.services.calls import CallContext, check_ids, duplicate_call_id, raced_call_id
+from toolkiln.services.calls import (
+    ByName,
+    CallContext,
+    DraftCode,
+    StoredTool,
+    check_ids,
+    duplicate_call_id,
+    raced_call_id,
+)
 from toolkiln.services.places import Places
 from toolkiln.services.ports import UnitOfWorkFactory
 from toolkiln.services.router import RUN_CODE_TIMEOUT_MS, Router
-from toolkiln.services.runs import Code, Runs, unrunnable
+from toolkiln.services.runs import Runs, unrunnable
 from toolkiln.services.tools import ToolService
 from toolkiln.services.turns import UNVERIFIED, WorkspaceHints
 
@@ -59,7 +69,8 @@ class DraftRunner:
             return unrunnable(origin.call_id, analysis)
         self._runs.prepare(d.language, analysis.imports)
         code = Code.analysed(d.language, d.code, analysis, d.timeout_ms)
-        return self._router.run_draft(origin, code, d.input_schema, payload, draft.name)
+        request = DraftCode(code, d.input_schema, payload, draft.name)
+        return self._router.call(origin, request).result
 
 
 class InvokeService:
@@ -130,7 +141,7 @@ class InvokeService:
         budget.policy = policy
         origin = Origin.root(caller, call_id, budget)
         with raced_call_id(who):
-            return self._router.run_tool(origin, tool, payload, read_at=read_at)
+            return self._router.call(origin, StoredTool(tool, payload, read_at)).result
 
     def test(
         self, principal: Principal, workspace_id: str, draft: ToolDraft, payload: Any
@@ -153,7 +164,7 @@ class InvokeService:
         origin = Origin.root(caller, call_id, Budget.lasting(RUN_CODE_TIMEOUT_MS))
         body = {"language": language, "code": code, "input": payload}
         with raced_call_id(who):
-            result = self._router.run_code(origin, body)
+            result = self._router.call(origin, ByName(RUN_CODE_SPEC.name, body)).result
         if result.error is not None and result.error["code"] == "not_allowed":
             raise Forbidden("This workspace's policy does not allow run_code.", result.error)
         if result.error is not None and result.error["code"] == "invalid_input":
@@ -172,7 +183,7 @@ class InvokeService:
             shown = name[:64]
             return {"error": "unknown_tool", "details": {"name": shown}}
         with raced_call_id(who):
-            return self._router.value(origin, name, payload)
+            return self._router.call(origin, ByName(name, payload)).value()
 
     def get_call(
         self, principal: Principal, call_id: str, workspace_id: str | None = None

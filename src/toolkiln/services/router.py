@@ -1,11 +1,12 @@
 """The one answer to "what happens when something calls a tool".
 
-Every caller comes here: the invoke endpoint, an agent's tool call, MCP, the built-in
-endpoint, ``ctx.tools`` from tool code and ``run_code``. The router resolves the name (a
-built-in the policy allows, ``run_code``, or a custom tool of the caller's workspace, within
-what the caller is offered), applies the recursion guard, runs it, and answers a ``Result``.
-Calls from code additionally spend the shared budget and get the ``Result`` converted, in one
-place, to what ``ctx.tools`` resolves to.
+Every caller comes in through one entrance, ``Router.call(origin, request)``: the invoke
+endpoint, an agent's tool call, MCP, the built-in endpoint, ``run_code``, a test run, and
+``ctx.tools`` from tool code (the run's link). The router resolves a name (a built-in the
+policy allows, ``run_code``, or a custom tool of the caller's workspace, within what the
+caller is offered), applies the recursion guard, runs it, and answers an ``Answer``: the
+``Result``, and what ``ctx.tools`` resolves to (services/calls.py). Calls from code
+additionally spend the shared budget.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import threading
 import time
 from collections import OrderedDict
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any, Literal, NamedTuple
+from typing import Any, assert_never
 
 from toolkiln.domain.analysis import Analysis
 from toolkiln.domain.builtin import RUN_CODE_SPEC, BuiltinSpec, dry_run
@@ -25,6 +26,7 @@ from toolkiln.domain.codemode import (
     program_allowed,
 )
 from toolkiln.domain.errors import ServiceUnavailable, TooManyRequests
+from toolkiln.domain.execution import Code
 from toolkiln.domain.formats import CUSTOM_PREFIX
 from toolkiln.domain.ids import new_id
 from toolkiln.domain.limits import MAX_CTX_NAME_CHARS
@@ -37,6 +39,16 @@ from toolkiln.domain.schema.validation import InputValidator, compile_validator,
 from toolkiln.domain.tools import Tool
 from toolkiln.services import tracing
 from toolkiln.services.admission import Admissions
+from toolkiln.services.calls import (
+    Answer,
+    ByName,
+    DraftCode,
+    Found,
+    FromCode,
+    Kind,
+    Request,
+    StoredTool,
+)
 from toolkiln.services.dispatch import Builtins
 from toolkiln.services.places import Places
 from toolkiln.services.ports import (
@@ -46,9 +58,8 @@ from toolkiln.services.ports import (
     UnitOfWork,
     UnitOfWorkFactory,
 )
-from toolkiln.services.runs import Code, Runs, test_run, unrunnable
+from toolkiln.services.runs import Runs, test_run, unrunnable
 
-Kind = Literal["builtin", "run_code", "custom", "refused"]
 MAX_NAME_CHARS = MAX_CTX_NAME_CHARS
 RUN_CODE_TIMEOUT_MS = 5000
 
@@ -79,13 +90,40 @@ class Router:
         self._lock = threading.Lock()
         self._admissions = Admissions(uow)
 
-    # -- entry points
+    # -- the one entrance
 
-    def call(self, origin: Origin, name: str, payload: Any, found: Found | None = None) -> Result:
-        """A root call by name: an agent's tool call, MCP (``origin.offer`` says what the
-        agent is offered). ``found``: what ``find`` made of ``name`` in the caller's own
-        read, so that the call reads nothing more before its run."""
-        return self._root(origin, name, payload, found)[1]
+    def call(self, origin: Origin, request: Request) -> Answer:
+        """The call ``request`` names (services/calls.py), made as ``origin`` says: the one
+        entrance of every caller. A root call by name (an agent's tool call, MCP, the
+        built-in endpoint, ``POST /v1/run-code``) writes what rows it left at its end; a
+        ``ctx.tools`` call from code spends the shared budget first."""
+        match request:
+            case FromCode(name, payload):
+                with tracing.span("ctx.tools") as span:
+                    answer = self._from_code(origin, name, payload)
+                    if span.is_recording():
+                        span.set_attribute("toolkiln.ctx.calls_used", origin.budget.used)
+                    return answer
+            case ByName(name, payload, found):
+                try:
+                    return self._route(origin, name, payload, nested=False, found=found)
+                finally:
+                    self._runs.flush(origin)
+            case StoredTool(tool, payload, read_at):
+                started = time.perf_counter()
+                with tracing.tool_call(origin, tool.name) as span:
+                    result = self._run_tool(origin, tool, payload, read_at=read_at)
+                    tracing.called(span, origin, "custom", result, payload)
+                self._observed(origin, tool.name, "custom", result, started)
+                return Answer("custom", result)
+            case DraftCode(code, schema, payload, name):
+                origin.budget.counting = False
+                with tracing.tool_call(origin, name) as span:
+                    span.set_attribute("toolkiln.test_run", True)
+                    result = self._draft(origin, code, schema, payload)
+                    tracing.called(span, origin, "custom", result, payload)
+                    return Answer("custom", result)
+        assert_never(request)
 
     def find(self, tx: UnitOfWork, origin: Origin, name: str) -> Found:
         """The custom tool ``name`` means to the caller of ``origin``: its name (or the name
@@ -95,10 +133,6 @@ class Router:
         read_at = time.monotonic()
         return Found(self._custom_in(tx, origin, name, origin.offer), read_at)
 
-    def value(self, origin: Origin, name: str, payload: Any) -> Any:
-        """A root call answered as ``ctx.tools`` would resolve it (the built-in endpoint)."""
-        return to_ctx(*self._root(origin, name, payload))
-
     def specs(self) -> list[BuiltinSpec]:
         """Every built-in, ``run_code`` included, by name."""
         return sorted([*self._builtins.specs(), RUN_CODE_SPEC], key=lambda s: s.name)
@@ -106,52 +140,30 @@ class Router:
     def is_builtin(self, name: str) -> bool:
         return name == RUN_CODE_SPEC.name or self._builtins.knows(name)
 
-    def from_code(self, origin: Origin, name: str, payload: Any) -> Any:
-        """A ``ctx.tools`` call from the code of the run ``origin`` belongs to."""
-        with tracing.span("ctx.tools") as span:
-            value = self._from_code(origin, name, payload)
-            if span.is_recording():
-                span.set_attribute("toolkiln.ctx.calls_used", origin.budget.used)
-            return value
+    # -- what each request runs
 
-    def _from_code(self, origin: Origin, name: str, payload: Any) -> Any:
+    def _from_code(self, origin: Origin, name: str, payload: Any) -> Answer:
         refusal = origin.budget.spend()
         if refusal is None and time.monotonic() >= origin.deadline:
             refusal = "timeout"  # the run this call is made from has no time left
         if refusal == "call_limit":
-            err = error(
-                "call_limit", "Too many ctx.tools calls.", {"max_calls": origin.budget.max_calls}
-            )
-            return to_ctx("refused", refused(origin.call_id, None, None, err))
-        if refusal == "timeout":
+            max_calls = {"max_calls": origin.budget.max_calls}
+            err = error("call_limit", "Too many ctx.tools calls.", max_calls)
+        elif refusal == "timeout":
             err = error("timeout", "The calling tool's time is up.")
-            return to_ctx("refused", refused(origin.call_id, None, None, err))
-        if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME_CHARS:
+        elif not isinstance(name, str) or not 0 < len(name) <= MAX_NAME_CHARS:
             err = error("unknown_tool", "Tool names are 1-128 characters.")
-            return to_ctx("refused", refused(origin.call_id, None, None, err))
-        try:
-            kind, result = self._route(origin, name, payload, nested=True)
-        except (ServiceUnavailable, TooManyRequests) as exc:
-            # The database went away under this ctx call (its tool's read, a nested run's
-            # admission or record, a built-in's write), or the workspace has its share of
-            # code checks under way (a nested run_code's): the code gets the error envelope,
-            # as for any failing call, and its own record decides the rest.
-            err = error(exc.code, exc.message)
-            return to_ctx("refused", refused(origin.call_id, None, None, err))
-        return to_ctx(kind, result)
-
-    def run_tool(self, origin: Origin, tool: Tool, payload: Any, *, read_at: float) -> Result:
-        """Invoke a tool the caller may reach (possibly at a pinned version: the counters
-        are the tool's, code and schema the version's), as the call ``origin`` names.
-        ``read_at`` is when the statement that read ``tool`` was sent (``time.monotonic()``,
-        after its transaction began): its status is the one its admission checks
-        (services/admission.py)."""
-        started = time.perf_counter()
-        with tracing.tool_call(origin, tool.name) as span:
-            result = self._run_tool(origin, tool, payload, read_at=read_at)
-            tracing.called(span, origin, "custom", result, payload)
-        self._observed(origin, tool.name, "custom", result, started)
-        return result
+        else:
+            try:
+                return self._route(origin, name, payload, nested=True)
+            except (ServiceUnavailable, TooManyRequests) as exc:
+                # The database went away under this ctx call (its tool's read, a nested
+                # run's admission or record, a built-in's write), or the workspace has its
+                # share of code checks under way (a nested run_code's): the code gets the
+                # error envelope, as for any failing call, and its own record decides the
+                # rest.
+                err = error(exc.code, exc.message)
+        return Answer("refused", refused(origin.call_id, None, None, err))
 
     def _run_tool(self, origin: Origin, tool: Tool, payload: Any, *, read_at: float) -> Result:
         if origin.parent_call_id is None:
@@ -170,26 +182,10 @@ class Router:
             return self._recorded(run, tool, _unchecked(run.call_id, tool, analysis))
         code = Code.analysed(d.language, d.code, analysis, d.timeout_ms)
         with self._admissions.of(tool.id, read_at, run.deadline) as admission:
-            outcome = self._runs.run(run, code, payload, self.from_code, admission)
+            outcome = self._runs.run(run, code, payload, self, admission)
             return self._recorded(run, tool, Runs.shape(run, code, tool.version, outcome))
 
-    def run_draft(
-        self, origin: Origin, code: Code, schema: dict[str, Any], payload: Any, name: str
-    ) -> Result:
-        """Run unsaved code once (a test run, a test case, a generated example): nothing is
-        stored or counted, neither the draft nor any custom tool it reaches, but the audit
-        rows of its ctx calls are written. The code of a stored tool (its test cases:
-        ``origin.tool_id``) leaves a ``tool.invoked`` row marked as a test run too."""
-        origin.budget.counting = False
-        with tracing.tool_call(origin, name) as span:
-            span.set_attribute("toolkiln.test_run", True)
-            result = self._run_draft(origin, code, schema, payload)
-            tracing.called(span, origin, "custom", result, payload)
-            return result
-
-    def _run_draft(
-        self, origin: Origin, code: Code, schema: dict[str, Any], payload: Any
-    ) -> Result:
+    def _draft(self, origin: Origin, code: Code, schema: dict[str, Any], payload: Any) -> Result:
         result: Result | None = None
         try:
             searcher = on_behalf_of(self._searcher, origin.workspace_id)
@@ -199,7 +195,7 @@ class Router:
                 )
                 result = refused(origin.call_id, origin.tool_id, None, err)
             else:
-                outcome = self._runs.run(origin, code, payload, self.from_code)
+                outcome = self._runs.run(origin, code, payload, self)
                 result = Runs.shape(origin, code, None, outcome)
             return result
         finally:
@@ -208,29 +204,17 @@ class Router:
             else:
                 self._runs.flush(origin)
 
-    def run_code(self, origin: Origin, payload: Any) -> Result:
-        """``run_code`` as the root call (``POST /v1/run-code``)."""
-        return self._route(origin, "run_code", payload, nested=False)[1]
-
     # -- routing
-
-    def _root(
-        self, origin: Origin, name: str, payload: Any, found: Found | None = None
-    ) -> tuple[Kind, Result]:
-        try:
-            return self._route(origin, name, payload, nested=False, found=found)
-        finally:
-            self._runs.flush(origin)
 
     def _route(
         self, origin: Origin, name: str, payload: Any, *, nested: bool, found: Found | None = None
-    ) -> tuple[Kind, Result]:
+    ) -> Answer:
         started = time.perf_counter()
         with tracing.tool_call(origin, name) as span:
             kind, result = self._routed(origin, name, payload, nested=nested, found=found)
             tracing.called(span, origin, kind, result, payload)
         self._observed(origin, name, kind, result, started)
-        return kind, result
+        return Answer(kind, result)
 
     def _observed(
         self, origin: Origin, name: str, kind: Kind, result: Result, started: float
@@ -346,7 +330,7 @@ class Router:
         if analysis.problems:
             return unrunnable(run.call_id, analysis)
         code = Code.analysed(language, source, analysis, timeout_ms)
-        return Runs.shape(run, code, None, self._runs.run(run, code, given, self.from_code))
+        return Runs.shape(run, code, None, self._runs.run(run, code, given, self))
 
     def _custom_in(
         self, tx: UnitOfWork, origin: Origin, name: str, offer: Offer | None
@@ -422,14 +406,6 @@ class Router:
         return made
 
 
-class Found(NamedTuple):
-    """A custom tool a name means to a caller (None: none it may reach), and when the
-    statement that read it was sent (``time.monotonic()``: its status is that old)."""
-
-    tool: Tool | None
-    read_at: float
-
-
 def _unchecked(call_id: str, tool: Tool, analysis: Analysis) -> Result:
     """A stored version whose code has problems now: its ``runtime_error``, as for code
     given at call time, or (its analysis did not finish: not the tool's doing) an
@@ -443,27 +419,3 @@ def _unchecked(call_id: str, tool: Tool, analysis: Analysis) -> Result:
 
 _RUN_CODE_VALIDATOR = compile_validator(RUN_CODE_SPEC.input_schema, None)  # the service's own
 _RUN_PROGRAM_VALIDATOR = compile_validator(RUN_PROGRAM_SCHEMA, None)
-
-
-def to_ctx(kind: Kind, result: Result) -> Any:
-    """What ``ctx.tools`` resolves to: the one conversion from a Result.
-
-    Errors become the envelope ``{"error": code, "details"}`` (a nested tool's details carry
-    its whole error and its ``tool_call_id``); a built-in resolves to its value, ``run_code``
-    to its Result, a custom tool to ``{message, rawData, llm, tool_call_id}``."""
-    err = result.error
-    if kind == "run_code":
-        return result.as_dict()
-    if err is not None:
-        if kind == "custom":
-            return {"error": err["code"], "details": {**err, "tool_call_id": result.tool_call_id}}
-        details = err["details"] if err["details"] is not None else {"message": err["message"]}
-        return {"error": err["code"], "details": details}
-    if kind == "builtin":
-        return result.raw_data
-    return {
-        "message": result.message,
-        "rawData": result.raw_data,
-        "llm": result.llm,
-        "tool_call_id": result.tool_call_id,
-    }

@@ -1,8 +1,8 @@
 """Sandbox runs: one run of code for one call, its link back to the platform, and its record.
 
 The router decides *what* runs; this module runs it. Each run gets a ``RunLink`` of its own
-(made here, dropped when the run ends) whose ``call`` is the router's ``from_code`` bound to
-this run's origin: the runner never holds a service, and nothing of one run's link can be
+(made here, dropped when the run ends) whose ``call`` goes to the router's one entrance
+with this run's origin: the runner never holds a service, and nothing of one run's link can be
 reached by another run.
 """
 
@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from toolkiln.domain.analysis import Analysis
 from toolkiln.domain.errors import ServiceUnavailable
-from toolkiln.domain.execution import RunOutcome, RunRequest
+from toolkiln.domain.execution import Code, RunOutcome, RunRequest
 from toolkiln.domain.ids import utcnow
 from toolkiln.domain.limits import MAX_TIMEOUT_MS
 from toolkiln.domain.origin import Origin
@@ -27,6 +26,7 @@ from toolkiln.domain.stats import minute_of
 from toolkiln.domain.tools import AUTO_DISABLE_REASON
 from toolkiln.services import tracing
 from toolkiln.services.admission import OPEN, Admission
+from toolkiln.services.calls import Answer, FromCode, Request
 from toolkiln.services.group_commit import GroupCommit
 from toolkiln.services.ports import (
     CallObserver,
@@ -37,27 +37,15 @@ from toolkiln.services.ports import (
 )
 
 log = logging.getLogger("toolkiln.runs")
-FromCode = Callable[[Origin, str, Any], Any]
+
+
+class Entrance(Protocol):
+    """Where a run's ``ctx.tools`` calls go: the router's one entrance."""
+
+    def call(self, origin: Origin, request: Request) -> Answer: ...
+
+
 MAX_AUDIT_EVENT_CHARS = 64
-
-
-@dataclass(frozen=True, slots=True)
-class Code:
-    """What a run runs: a tool version, a draft, or a run_code snippet; with what its
-    analysis found (the modules it imports, JavaScript's script form)."""
-
-    language: str
-    code: str
-    entry: str
-    timeout_ms: int
-    imports: tuple[str, ...] = ()
-    script: str = ""
-
-    @classmethod
-    def analysed(cls, language: str, code: str, analysis: Analysis, timeout_ms: int) -> Code:
-        return cls(
-            language, code, analysis.entrypoint, timeout_ms, analysis.imports, analysis.script
-        )
 
 
 def unrunnable(call_id: str, analysis: Analysis) -> Result:
@@ -72,11 +60,11 @@ class _Link:
     """One run's RunLink: ctx calls go to the router with this run's origin; whether the run
     starts, and that it ended, go to its admission."""
 
-    __slots__ = ("_admission", "_by_code", "_from_code", "_origin")
+    __slots__ = ("_admission", "_by_code", "_entrance", "_origin")
 
-    def __init__(self, origin: Origin, from_code: FromCode, admission: Admission) -> None:
+    def __init__(self, origin: Origin, entrance: Entrance, admission: Admission) -> None:
         self._origin = origin
-        self._from_code = from_code
+        self._entrance = entrance
         self._admission = admission
         self._by_code: Origin | None = None  # origin.from_code(), made once (it is frozen)
 
@@ -92,7 +80,7 @@ class _Link:
         return self._by_code
 
     def call(self, name: str, payload: Any) -> Any:
-        return self._from_code(self._code(), name, payload)
+        return self._entrance.call(self._code(), FromCode(name, payload)).value()
 
     def audit(self, event: str, data: Any) -> str | None:
         """``custom.<event>`` with ``data`` exactly as given. The sandbox side caps rows and
@@ -143,7 +131,7 @@ class Runs:
         origin: Origin,
         code: Code,
         payload: Any,
-        from_code: FromCode,
+        entrance: Entrance,
         admission: Admission = OPEN,
     ) -> RunOutcome:
         """One run, bounded by the code's timeout and the time the whole call has left (the
@@ -176,7 +164,7 @@ class Runs:
         )
         attributes = {"toolkiln.language": code.language, "toolkiln.timeout_ms": timeout_ms}
         with tracing.span(f"run {code.language}", attributes) as span:
-            outcome = self._run(runner, request, origin, timeout_ms, from_code, admission)
+            outcome = self._run(runner, request, origin, timeout_ms, entrance, admission)
             if span.is_recording():
                 span.set_attribute("toolkiln.run.outcome", outcome.kind)
                 span.set_attribute("toolkiln.run.duration_ms", outcome.duration_ms)
@@ -190,18 +178,18 @@ class Runs:
         request: RunRequest,
         origin: Origin,
         timeout_ms: int,
-        from_code: FromCode,
+        entrance: Entrance,
         admission: Admission,
     ) -> RunOutcome:
         started = time.perf_counter()
         try:
             # The run's ctx calls (built-ins above all) are bounded by this run's deadline.
-            link = _Link(origin.within(timeout_ms), from_code, admission)
+            link = _Link(origin.within(timeout_ms), entrance, admission)
             return runner.run(request, link)
         except ServiceUnavailable:
             # The database (the run's admission, a ctx call's read or write), not the
             # sandbox: the caller's outage, answered 503 (or, under a ctx call, the
-            # ``unavailable`` envelope: Router.from_code), never a stored infra_error.
+            # ``unavailable`` envelope: Router.call), never a stored infra_error.
             raise
         except Exception as exc:
             return RunOutcome(
