@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, assert_never
 
@@ -110,12 +111,12 @@ class Router:
                 finally:
                     self._runs.flush(origin)
             case StoredTool(tool, payload, read_at):
-                started = time.perf_counter()
-                with tracing.tool_call(origin, tool.name) as span:
-                    result = self._run_tool(origin, tool, payload, read_at=read_at)
-                    tracing.called(span, origin, "custom", result, payload)
-                self._observed(origin, tool.name, "custom", result, started)
-                return Answer("custom", result)
+                return self._traced(
+                    origin,
+                    tool.name,
+                    payload,
+                    lambda: ("custom", self._run_tool(origin, tool, payload, read_at=read_at)),
+                )
             case DraftCode(code, schema, payload, name):
                 origin.budget.counting = False
                 with tracing.tool_call(origin, name) as span:
@@ -209,9 +210,20 @@ class Router:
     def _route(
         self, origin: Origin, name: str, payload: Any, *, nested: bool, found: Found | None = None
     ) -> Answer:
+        return self._traced(
+            origin,
+            name,
+            payload,
+            lambda: self._routed(origin, name, payload, nested=nested, found=found),
+        )
+
+    def _traced(
+        self, origin: Origin, name: str, payload: Any, work: Callable[[], tuple[Kind, Result]]
+    ) -> Answer:
+        """A call's span (services/tracing.py) around ``work``, and its count in the metrics."""
         started = time.perf_counter()
         with tracing.tool_call(origin, name) as span:
-            kind, result = self._routed(origin, name, payload, nested=nested, found=found)
+            kind, result = work()
             tracing.called(span, origin, kind, result, payload)
         self._observed(origin, name, kind, result, started)
         return Answer(kind, result)
