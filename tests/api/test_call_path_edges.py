@@ -109,3 +109,28 @@ def test_run_code_refuses_a_used_call_id(client: TestClient, space: Space) -> No
         headers=space.auth("invoke"),
     )
     assert r.status_code == 409 and r.json()["error"]["code"] == "duplicate_tool_call_id"
+
+
+def test_an_agents_tool_call_and_a_builtin_call_refuse_a_used_call_id(
+    client: TestClient, space: Space
+) -> None:
+    """Every entrance that takes a client's ``tool_call_id`` checks it the one way
+    (``CallContext.call_id_in``): an id an invoke used is a 409 for the others too."""
+    tool = make_tool(client, space, "id-keeper", "def main(**p):\n    return {'message': 'ok'}")
+    invoke(client, space, tool, tool_call_id="taken-once")
+    agent = client.post(
+        "/v1/agents", json={"workspace_id": space.id, "name": "ids"}, headers=space.auth("write")
+    ).json()["data"]
+    calls = [
+        (
+            f"/v1/agents/{agent['id']}/tool-calls",
+            {"name": "calculate", "arguments": {"expression": "1+1"}},
+        ),
+        ("/v1/builtin-tools/calculate/call", {"input": {"expression": "1+1"}}),
+    ]
+    for path, body in calls:
+        r = client.post(
+            path, json={**body, "tool_call_id": "taken-once"}, headers=space.auth("invoke")
+        )
+        assert r.status_code == 409, (path, r.text)
+        assert r.json()["error"]["code"] == "duplicate_tool_call_id"

@@ -26,7 +26,6 @@ from toolkiln.services.calls import (
     CallContext,
     Found,
     check_ids,
-    duplicate_call_id,
     raced_call_id,
 )
 from toolkiln.services.paging import listing_scope
@@ -287,9 +286,7 @@ class AgentService:
             caller = who.for_agent(agent.id).caller(
                 principal, agent.workspace_id, agent_name=agent.name
             )
-            call_id = who.call_id()
-            if who.tool_call_id is not None and tx.calls.exists(agent.workspace_id, call_id):
-                raise duplicate_call_id()
+            call_id = who.call_id_in(tx, agent.workspace_id)
             # A custom tool's run is bounded by its own timeout_ms inside this deadline.
             budget = Budget.lasting(MAX_TIMEOUT_MS)
             budget.policy = policy

@@ -24,6 +24,7 @@ from toolkiln.domain.problems import Problem, problem
 from toolkiln.domain.results import Result
 from toolkiln.domain.text import is_client_id
 from toolkiln.domain.tools import Tool
+from toolkiln.services.ports import UnitOfWork
 
 CLIENT_IDS = ("tool_call_id", "agent_id", "conversation_id", "power_user_id")
 Kind = Literal["builtin", "run_code", "custom", "refused"]
@@ -59,6 +60,13 @@ class CallContext:
     def call_id(self) -> str:
         """The client's ``tool_call_id``, or a new one."""
         return self.tool_call_id or new_id()
+
+    def call_id_in(self, tx: UnitOfWork, workspace_id: str) -> str:
+        """The call's id, read in ``tx``: the client's if it was not used before in the
+        workspace (else 409 ``duplicate_tool_call_id``), or a new one."""
+        if self.tool_call_id is not None and tx.calls.exists(workspace_id, self.tool_call_id):
+            raise duplicate_call_id()
+        return self.call_id()
 
     def caller(
         self, principal: Principal, workspace_id: str, *, agent_name: str | None = None

@@ -25,7 +25,6 @@ from toolkiln.services.calls import (
     DraftCode,
     StoredTool,
     check_ids,
-    duplicate_call_id,
     raced_call_id,
 )
 from toolkiln.services.places import Places
@@ -126,9 +125,7 @@ class InvokeService:
                 raise NotFound("No custom tool with that id.")
             if hashed:
                 self.hints.note(hashed, tool.workspace_id)
-            call_id = who.call_id()
-            if who.tool_call_id is not None and tx.calls.exists(tool.workspace_id, call_id):
-                raise duplicate_call_id()
+            call_id = who.call_id_in(tx, tool.workspace_id)
             agent = tx.agents.get(who.agent_id) if who.agent_id else None
             # The workspace policy a ctx call checks, read here rather than in a read
             # transaction of its own at the run's first ctx call
@@ -208,6 +205,4 @@ class InvokeService:
         if who.tool_call_id is None:
             return new_id()
         with self._uow(readonly=True) as tx:
-            if tx.calls.exists(workspace_id, who.tool_call_id):
-                raise duplicate_call_id()
-        return who.tool_call_id
+            return who.call_id_in(tx, workspace_id)
