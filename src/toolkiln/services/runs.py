@@ -1,8 +1,8 @@
 """Sandbox runs: one run of code for one call, its link back to the platform, and its record.
 
 The router decides *what* runs; this module runs it. Each run gets a ``RunLink`` of its own
-(made here, dropped when the run ends) whose ``call`` goes to the router's one entrance
-with this run's origin: the runner never holds a service, and nothing of one run's link can be
+(made here, dropped when the run ends) whose ``call`` goes to the router's one entrance with
+this run's origin: the runner never holds a service, and nothing of one run's link can be
 reached by another run.
 """
 
@@ -37,15 +37,13 @@ from toolkiln.services.ports import (
 )
 
 log = logging.getLogger("toolkiln.runs")
+MAX_AUDIT_EVENT_CHARS = 64
 
 
 class Entrance(Protocol):
     """Where a run's ``ctx.tools`` calls go: the router's one entrance."""
 
     def call(self, origin: Origin, request: Request) -> Answer: ...
-
-
-MAX_AUDIT_EVENT_CHARS = 64
 
 
 def unrunnable(call_id: str, analysis: Analysis) -> Result:
