@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from client import Conn
-from invoke import TOKEN, free_port, pct, start_service
+from service import TOKEN, free_port, pct, start_service
 
 N = int(os.environ.get("BENCH_SAVES", "200"))
 TOOL = (

@@ -2,13 +2,16 @@
 
 USS (private pages: what killing the process would free) and PSS (shared pages split among
 the processes sharing them). The process tree under `toolkiln serve` is
-service -> template launcher -> template (PID 1 of its namespace) -> warm children;
-the JavaScript template's config names its runtime, and the Python template for code that
-says `async` (with asyncio preloaded) says `"asyncio": true`.
+service -> embedded `toolkiln runner` -> template launcher -> template (PID 1 of its
+namespace) -> warm children. The launchers are found at any depth (the topmost `template.py`
+processes), so the finder does not depend on where the runner sits. Each template's config
+(the JSON object on its command line) names its runtime, and the Python template for code
+that says `async` (asyncio preloaded) has `asyncio` true.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import time
@@ -58,16 +61,50 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+def _config(pid: int) -> dict[str, object]:
+    """The JSON config a template process was started with: its argument that is a JSON
+    object ({} if none is)."""
+    for arg in _cmdline(pid).split("\0"):
+        if arg.startswith("{"):
+            try:
+                found = json.loads(arg)
+            except ValueError:
+                continue
+            return found if isinstance(found, dict) else {}
+    return {}
+
+
+def _launchers(tree: dict[int, list[int]], root: int) -> list[int]:
+    """The template launchers under ``root``: the topmost ``template.py`` processes."""
+    found, todo = [], list(tree.get(root, []))
+    while todo:
+        pid = todo.pop()
+        if "template.py" in _cmdline(pid):
+            found.append(pid)
+        else:
+            todo += tree.get(pid, [])
+    return found
+
+
+def runner_of(service_pid: int) -> int | None:
+    """The embedded ``toolkiln runner`` process of a service, if it has one."""
+    for pid in _children().get(service_pid, []):
+        if "\0runner\0" in _cmdline(pid):
+            return pid
+    return None
+
+
 def measure(service_pid: int) -> dict[str, object]:
-    """Service, per template, and per warm child (median over the children)."""
+    """Service, its runner, per template, and per warm child (median over the children)."""
     tree = _children()
     out: dict[str, object] = {"service": mem(service_pid)}
-    for launcher in tree.get(service_pid, []):
-        cmd = _cmdline(launcher)
-        if "template.py" not in cmd:
-            continue
-        kind = "javascript" if '"runtime": "javascript"' in cmd else "python"
-        if '"asyncio": true' in cmd:
+    runner = runner_of(service_pid)
+    if runner is not None:
+        out["runner"] = mem(runner)
+    for launcher in _launchers(tree, service_pid):
+        config = _config(launcher)
+        kind = "javascript" if config.get("runtime") == "javascript" else "python"
+        if config.get("asyncio") is True:
             kind = "python_async"
         for template in tree.get(launcher, []):
             kids = [m for c in tree.get(template, []) if (m := mem(c)) is not None]
@@ -112,36 +149,49 @@ def tree_cpu_ms(root: int) -> float:
     return total
 
 
-def lines(found: dict[str, object]) -> list[str]:
-    def mb(m: object) -> str:
-        if not isinstance(m, Mem):
-            return "not found"
-        return f"USS {m.uss_kb / 1024:6.1f} MB, PSS {m.pss_kb / 1024:6.1f} MB"
+def _mb(m: object) -> str:
+    if not isinstance(m, Mem):
+        return "not found"
+    return f"{m.uss_kb / 1024:.1f} / {m.pss_kb / 1024:.1f} MB"
 
+
+ROWS = (
+    ("service process (toolkiln serve)", "service", None),
+    ("its embedded runner (toolkiln runner)", "runner", None),
+    ("Python template", "python_template", None),
+    ("per warm Python child", "python_child", "python_children"),
+    ("Python template for `async` code (asyncio preloaded)", "python_async_template", None),
+    ("per warm child of it", "python_async_child", "python_async_children"),
+    ("JavaScript template", "javascript_template", None),
+    ("per JavaScript worker", "javascript_child", "javascript_children"),
+)
+IN_FLIGHT = (
+    ("python", "Python child"),
+    ("python_async", "child for `async` code"),
+    ("javascript", "JavaScript worker"),
+)
+
+
+def lines(found: dict[str, dict[str, object]]) -> list[str]:
+    """The memory table, a column per database (``found``: label -> ``measure``'s answer)."""
+    labels = list(found)
     rows = [
-        f"| service process (toolkiln serve) | {mb(found.get('service'))} |",
-        f"| Python template | {mb(found.get('python_template'))} |",
-        f"| per warm Python child ({found.get('python_children', 0)} warm) "
-        f"| {mb(found.get('python_child'))} |",
-        f"| Python template for `async` code (asyncio preloaded) "
-        f"| {mb(found.get('python_async_template'))} |",
-        f"| per warm child of it ({found.get('python_async_children', 0)} warm) "
-        f"| {mb(found.get('python_async_child'))} |",
-        f"| JavaScript template | {mb(found.get('javascript_template'))} |",
-        f"| per JavaScript worker ({found.get('javascript_children', 0)} running) "
-        f"| {mb(found.get('javascript_child'))} |",
+        f"| memory after the load run, USS / PSS | {' | '.join(labels)} |",
+        "|---" * (len(labels) + 1) + "|",
     ]
-    kinds = (
-        ("python", "Python child"),
-        ("python_async", "child for `async` code"),
-        ("javascript", "JavaScript worker"),
-    )
-    for kind, what in kinds:
-        m = found.get(f"{kind}_child")
-        if isinstance(m, Mem) and m.pss_kb:
-            # One call in flight holds one child (Python) or one worker (JavaScript).
-            rows.append(
-                f"| calls in flight per GB, {kind} (1 GB / PSS of one {what}) "
-                f"| {1024 * 1024 // m.pss_kb} |"
-            )
+    for what, key, count in ROWS:
+        cells = []
+        for label in labels:
+            cell = _mb(found[label].get(key))
+            if count is not None and isinstance(found[label].get(key), Mem):
+                cell += f" ({found[label].get(count, 0)} running)"
+            cells.append(cell)
+        rows.append(f"| {what} | {' | '.join(cells)} |")
+    for kind, what in IN_FLIGHT:
+        # One call in flight holds one child (Python) or one worker (JavaScript).
+        cells = []
+        for label in labels:
+            m = found[label].get(f"{kind}_child")
+            cells.append(str(1024 * 1024 // m.pss_kb) if isinstance(m, Mem) and m.pss_kb else "-")
+        rows.append(f"| calls in flight per GB (1 GB / PSS of one {what}) | {' | '.join(cells)} |")
     return rows

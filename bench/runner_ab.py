@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from client import Conn
-from invoke import (
+from service import (
     CTX_CALLS,
     CTX_TOOL,
     EXE,
@@ -28,6 +28,7 @@ from invoke import (
     TOKEN,
     create,
     free_port,
+    invoke_url,
     pct,
     start_runner,
     start_service,
@@ -96,9 +97,9 @@ def alternate(shapes: dict[str, int]) -> None:
         ws = c.call("GET", "/v1/workspaces")[1]["data"][0]["id"]
         schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
         urls[port] = (
-            create(c, ws, "ab-python", "python", PY_TOOL),
-            create(c, ws, "ab-js", "javascript", JS_TOOL),
-            create(c, ws, "ab-ctx", "python", CTX_TOOL, input_schema=schema),
+            invoke_url(create(c, ws, "ab-python", "python", PY_TOOL)),
+            invoke_url(create(c, ws, "ab-js", "javascript", JS_TOOL)),
+            invoke_url(create(c, ws, "ab-ctx", "python", CTX_TOOL, input_schema=schema)),
         )
         conns[port] = c
         ROUNDS_RESULTS[port] = {"python": [], "javascript": [], "ctx": []}

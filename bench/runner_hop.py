@@ -25,7 +25,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from invoke import free_port, pct
+from service import free_port, pct
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "8"))
 PER_ROUND = int(os.environ.get("BENCH_PER_ROUND", "200"))
