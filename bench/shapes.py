@@ -69,6 +69,13 @@ def shape(tmp: Path, remote: bool, kind: str) -> dict[str, object]:
                 stop(runner)
 
 
+def _added(embedded: dict[str, object], tcp: dict[str, object], name: str) -> float:
+    """What the runner over TCP added to the p50 (ms)."""
+    a, b = embedded[name], tcp[name]
+    assert isinstance(a, list) and isinstance(b, list)
+    return pct(b, 0.5) - pct(a, 0.5)
+
+
 def _cell(embedded: dict[str, object], tcp: dict[str, object], name: str, p: float) -> str:
     if name == "ctx_ms":
         e, t = embedded[name], tcp[name]
@@ -103,5 +110,8 @@ def shapes_table(kinds: list[str]) -> list[str]:
     )
     for what, name, p, goal in figures:
         cells = [_cell(*found[kind], name, p) for kind in kinds]
+        if goal:
+            met = [databases.LABELS[k] for k in kinds if _added(*found[k], name) <= 0.3]
+            goal += f": met on {', '.join(met)}" if met else ": not met"
         rows.append(f"| {what} | {' | '.join(cells)} | {goal} |")
     return rows
