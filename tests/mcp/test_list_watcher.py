@@ -15,6 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 from toolkiln.app import Runtime
+from toolkiln.mcp_server import server
 from toolkiln.mcp_server.server import Listeners, tool_list_watcher
 from toolkiln.storage.tables import audit
 
@@ -112,3 +113,36 @@ def test_a_row_committed_below_the_newest_id_seen_is_told(runtime: Runtime) -> N
             ).all()
         )
     assert ids[late] < ids[early], "the test did not make the order it is about"
+
+
+def test_a_look_reads_only_recent_rows(runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once LATE_S has passed, a look no longer reads the rows older looks saw: a
+    long-running service's looks read what changed lately, not its last WINDOW_IDS ids."""
+    monkeypatch.setattr(server, "LATE_S", 0.5)
+    old = f"ws-old-{secrets.token_hex(3)}"
+    for _ in range(30):
+        _commit_row(runtime, old)
+    seen: list[set[str]] = []
+    agents = runtime.services.agents
+    real = agents.list_changes
+
+    def recorded(window: int, floor: int = 0) -> tuple[int, list[tuple[int, str]]]:
+        marker, rows = real(window, floor)
+        seen.append({workspace for _, workspace in rows})
+        return marker, rows
+
+    monkeypatch.setattr(agents, "list_changes", recorded)
+    told = Told()
+
+    async def run() -> None:
+        async with anyio.create_task_group() as tasks:
+            await _watching(tasks, runtime, told)
+            for name in (f"ws-a-{secrets.token_hex(3)}", f"ws-b-{secrets.token_hex(3)}"):
+                await anyio.sleep(0.6)
+                await anyio.to_thread.run_sync(lambda n=name: _commit_row(runtime, n))
+                await _until(told, lambda n=name: {n} in told.told, f"{name} was not told")
+            tasks.cancel_scope.cancel()
+
+    anyio.run(run)
+    assert old in seen[0], "the first look did not read the rows it is about"
+    assert old not in seen[-1], seen[-1]

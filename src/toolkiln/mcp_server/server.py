@@ -8,7 +8,8 @@ scopes, enablement and audit as the REST API.
 from __future__ import annotations
 
 import logging
-from collections import Counter
+import time
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -54,6 +55,11 @@ MAX_WAIT_S = 30.0
 # How far below the newest audit id a list-changing row may still appear (committed late):
 # ids are shared with every call's rows, so this is seconds to minutes of a busy service.
 WINDOW_IDS = 10_000
+# A look reads only rows over the newest id a look made this long ago saw: a row's id is
+# taken less than this long before its commit (a transaction's statements end within 5 s;
+# looks come at least every MAX_WAIT_S), so the rows under it were all seen
+# (tests/mcp/test_list_watcher.py::test_a_look_reads_only_recent_rows).
+LATE_S = 120.0
 MAX_SESSIONS = 1000
 # Open subscriptions/listen streams: at most this many in all, and a quarter of them for
 # one workspace's agents, so one tenant's streams cannot use up another's.
@@ -140,6 +146,7 @@ def tool_list_watcher(services: Services, listeners: Listeners) -> Loop:
     """
     told: set[int] | None = None  # the rows in the window at the last look
     newest = 0
+    looks: deque[tuple[float, int]] = deque()  # (when, newest id) of the recent looks
 
     async def watch(healthy: Callable[[], None]) -> None:
         nonlocal told, newest
@@ -147,17 +154,23 @@ def tool_list_watcher(services: Services, listeners: Listeners) -> Loop:
         try:
             await feed.wait(0)  # listening before the first look
             while True:
+                now = time.monotonic()
+                while len(looks) > 1 and looks[1][0] <= now - LATE_S:
+                    looks.popleft()
+                floor = looks[0][1] if looks and looks[0][0] <= now - LATE_S else 0
                 marker, rows = await anyio.to_thread.run_sync(
-                    services.agents.list_changes, WINDOW_IDS
+                    services.agents.list_changes, WINDOW_IDS, floor
                 )
                 healthy()
                 if told is not None and marker < newest:  # the database went back
+                    looks.clear()
                     await listeners.changed(None)
                 elif told is not None:
                     fresh = {workspace for i, workspace in rows if i not in told}
                     if fresh:
                         await listeners.changed(fresh)
                 told, newest = {i for i, _ in rows}, marker
+                looks.append((now, marker))
                 await feed.wait(MAX_WAIT_S)
         finally:
             with anyio.CancelScope(shield=True):

@@ -231,14 +231,15 @@ class AgentService:
             defs = by_own_name(defs, self._router.is_builtin)
         return render(defs, fmt, strict)
 
-    def list_changes(self, window: int) -> tuple[int, list[tuple[int, str]]]:
+    def list_changes(self, window: int, floor: int = 0) -> tuple[int, list[tuple[int, str]]]:
         """A marker that grows whenever some agent's tool list may have changed (on any
-        replica), and the (id, workspace) of the rows that say so among the last
-        ``window`` audit ids. An agent offers only its own workspace's tools and policy, so
-        a change is told to that workspace's clients alone (mcp_server/server.py)."""
+        replica), and the (id, workspace) of the rows that say so over ``floor`` among the
+        last ``window`` audit ids. An agent offers only its own workspace's tools and policy,
+        so a change is told to that workspace's clients alone (mcp_server/server.py)."""
         with self._uow(readonly=True) as tx:
             marker = tx.audit.last_id(LIST_CHANGING_EVENTS)
-            return marker, tx.audit.changes_after(LIST_CHANGING_EVENTS, marker - window)
+            after = max(marker - window, floor)
+            return marker, tx.audit.changes_after(LIST_CHANGING_EVENTS, after)
 
     def enter(self, bearer: str | None, agent_id: str) -> Principal:
         """The principal of ``bearer``, which may read the agent ``agent_id``: one read (the
