@@ -10,8 +10,11 @@ process (``hosted``), so the runner's own spans are collected too.
 from __future__ import annotations
 
 import json
+import os
 import secrets
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -19,7 +22,10 @@ import httpx2
 import pytest
 from fastapi.testclient import TestClient
 from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from mcp_types import METHOD_NOT_FOUND
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -282,6 +288,184 @@ def test_mcp_takes_the_traceparent_in_meta(
         found, _named(found, "execute_tool inner-tool")[0]
     )
     _nothing_given_or_secret(list(spans.get_finished_spans()))
+
+
+async def _every_message(session: ClientSession) -> list[str]:
+    """Each kind of MCP message, under the current span (the SDK's client puts it in each
+    request's ``_meta``): the names the server's spans should have, in order."""
+    await session.initialize()  # initialize, then notifications/initialized
+    await session.send_ping()
+    await session.list_tools()
+    assert not (await session.call_tool("outer-tool", {"q": ARG})).is_error
+    assert (await session.call_tool("inner-tool", {"q": 7})).is_error  # answered as failed
+    with pytest.raises(MCPError) as unserved:
+        await session.list_resources()  # no resources here: not served
+    assert unserved.value.error.code == METHOD_NOT_FOUND
+    return [
+        "initialize",
+        "notifications/initialized",
+        "ping",
+        "tools/list",
+        "tools/call outer-tool",
+        "tools/call inner-tool",
+        "resources/list",
+    ]
+
+
+def _check_messages(
+    found: list[dict[str, Any]], names: list[str], trace_id: int, parent_id: int, transport: str
+) -> None:
+    """One span per message, in order, each a SERVER span named and attributed as the MCP
+    conventions say, every request's under the client's span."""
+    messages = [s for s in found if "mcp.method.name" in s["attributes"]]
+    assert [s["name"] for s in messages] == names
+    for span in messages:
+        a = span["attributes"]
+        assert span["kind"] == "SERVER"
+        assert a["mcp.method.name"] == span["name"].split(" ")[0]
+        assert a["network.transport"] == transport
+        assert a["mcp.protocol.version"]
+        if span["name"].startswith("notifications/"):
+            assert "jsonrpc.request.id" not in a
+            continue
+        assert a["jsonrpc.request.id"]
+        assert (span["trace_id"], span["parent_id"]) == (trace_id, parent_id), span["name"]
+    by_name = {s["name"]: s["attributes"] for s in messages}
+    assert by_name["tools/call outer-tool"]["gen_ai.tool.name"] == "outer-tool"
+    assert "error.type" not in by_name["tools/call outer-tool"]
+    assert by_name["tools/call inner-tool"]["error.type"] == "tool_error"
+    assert by_name["resources/list"]["error.type"] == str(METHOD_NOT_FOUND)
+    assert by_name["resources/list"]["rpc.response.status_code"] == str(METHOD_NOT_FOUND)
+    assert "error.type" not in by_name["ping"] and "error.type" not in by_name["initialize"]
+
+
+def _plain(span: ReadableSpan) -> dict[str, Any]:
+    """A span as the console exporter writes it, the few fields the checks read."""
+    return {
+        "name": span.name,
+        "kind": span.kind.name,
+        "attributes": dict(span.attributes or {}),
+        "trace_id": span.context.trace_id,
+        "parent_id": span.parent.span_id if span.parent is not None else None,
+    }
+
+
+def test_every_mcp_message_over_http_is_one_span(
+    service: tuple[Runtime, TestClient], shop: dict[str, Any], spans: InMemorySpanExporter
+) -> None:
+    rt, _ = service
+
+    async def talk(base: str) -> tuple[list[str], int, int]:
+        async with httpx2.AsyncClient(headers=AUTH, timeout=30) as http:
+            url = f"{base}/mcp/agents/{shop['agent']['id']}?names=name"  # as they are called
+            async with streamable_http_client(url, http_client=http) as (read, write, *_):
+                async with ClientSession(read, write) as session:
+                    with tracing.span("the agent's turn") as turn:
+                        names = await _every_message(session)
+                    ids = turn.get_span_context()
+                    return names, ids.trace_id, ids.span_id
+
+    spans.clear()
+    with serving(rt) as base:
+        names, trace_id, parent_id = anyio.run(talk, base)
+    found = [_plain(s) for s in spans.get_finished_spans()]
+    _check_messages(found, names, trace_id, parent_id, "tcp")
+    calls = [s for s in found if s["name"].startswith("tools/call")]
+    assert all(s["attributes"]["mcp.session.id"] for s in calls)
+    assert all(s["attributes"]["network.protocol.name"] == "http" for s in calls)
+    _nothing_given_or_secret(list(spans.get_finished_spans()))
+
+
+def _console_spans(text: str) -> list[dict[str, Any]]:
+    """The spans the console exporter wrote among a process's standard error."""
+    decoder = json.JSONDecoder()
+    found = []
+    at = text.find('{\n    "name"')
+    while at >= 0:
+        span, end = decoder.raw_decode(text, at)
+        context = span["context"]
+        found.append(
+            {
+                "name": span["name"],
+                "kind": span["kind"].removeprefix("SpanKind."),
+                "attributes": span["attributes"],
+                "trace_id": int(context["trace_id"], 16),
+                "parent_id": int(span["parent_id"], 16) if span["parent_id"] else None,
+            }
+        )
+        at = text.find('{\n    "name"', end)
+    return found
+
+
+def test_every_mcp_message_over_stdio_is_one_span(
+    service: tuple[Runtime, TestClient], shop: dict[str, Any], tmp_path: Path
+) -> None:
+    """``toolkiln mcp`` with traces on (the console exporter, on standard error)."""
+    rt, _ = service
+    env = {
+        "TOOLKILN_DATA_DIR": str(rt.settings.data_dir),
+        "PATH": os.environ.get("PATH", ""),
+        "OTEL_TRACES_EXPORTER": "console",
+    }
+    exe = str(Path(sys.executable).parent / "toolkiln")
+    params = StdioServerParameters(
+        command=exe, args=["mcp", "--agent", shop["agent"]["id"], "--names", "name"], env=env
+    )
+    err = tmp_path / "stderr"
+
+    async def talk() -> tuple[list[str], int, int]:
+        with err.open("w") as sink:
+            async with stdio_client(params, errlog=sink) as (read, write, *_):
+                async with ClientSession(read, write) as session:
+                    with tracing.span("the agent's turn") as turn:
+                        names = await _every_message(session)
+                    ids = turn.get_span_context()
+                    return names, ids.trace_id, ids.span_id
+
+    names, trace_id, parent_id = anyio.run(talk)
+    found = _console_spans(err.read_text())
+    _check_messages(found, names, trace_id, parent_id, "pipe")
+    outer = next(s for s in found if s["name"] == "execute_tool outer-tool")
+    assert outer["trace_id"] == trace_id
+    assert all("mcp.session.id" not in s["attributes"] for s in found)
+    text = json.dumps(found)
+    assert ARG not in text and TOKEN not in text
+
+
+def test_a_save_and_a_validation_have_their_code_check_span(
+    service: tuple[Runtime, TestClient], shop: dict[str, Any], spans: InMemorySpanExporter
+) -> None:
+    """Each text sent to a runner's code checkers is a ``code_check`` span under the request
+    that sent it, naming the language and what the check came to, never the code."""
+    _, client = service
+    marker = "code-" + secrets.token_hex(8)  # in each text: never in a span
+    broken = f"def main(**p):\n    return {{'message': '{marker}'\n"
+    draft = _tool(shop["ws"], "checked-tool", broken, {})
+    spans.clear()
+    r = client.post(
+        "/v1/custom-tools/validate", json=draft, headers={**AUTH, "traceparent": TRACEPARENT}
+    )
+    assert r.status_code == 422, r.text
+    found = _trace(spans)
+    check = _named(found, "code_check")
+    assert len(check) == 1 and _parent(found, check[0]).name == "POST /v1/custom-tools/validate"
+    a = check[0].attributes
+    assert check[0].kind.name == "CLIENT"
+    assert a["toolkiln.code.language"] == "python"
+    assert a["toolkiln.workspace.id"] == shop["ws"]
+    assert a["toolkiln.code_check.outcome"] == "problems"
+    assert a["toolkiln.code_check.problems"] >= 1
+    assert "error.type" not in a
+    spans.clear()
+    fine = f"def main(**p):\n    return {{'message': '{marker}'}}\n"
+    _post(client, "/v1/custom-tools", {**draft, "code": fine}, traceparent=TRACEPARENT)
+    found = _trace(spans)
+    check = _named(found, "code_check")
+    assert len(check) == 1 and _parent(found, check[0]).name == "POST /v1/custom-tools"
+    assert check[0].attributes["toolkiln.code_check.outcome"] == "ok"
+    assert check[0].attributes["toolkiln.code_check.problems"] == 0
+    for span in found:
+        assert marker not in json.dumps(dict(span.attributes or {}), default=str) + span.name
 
 
 def test_arguments_and_results_only_when_the_setting_says_so(

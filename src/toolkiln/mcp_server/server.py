@@ -10,23 +10,27 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter, deque
-from collections.abc import Awaitable, Callable, Collection, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import mcp.types as types
-from mcp.server.context import ServerRequestContext
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.shared.exceptions import MCPError
-from mcp_types import INTERNAL_ERROR, SubscriptionsListenRequestParams, SubscriptionsListenResult
-from opentelemetry.trace import INVALID_SPAN, Span, SpanKind
+from mcp_types import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    SubscriptionsListenRequestParams,
+    SubscriptionsListenResult,
+)
+from pydantic import ValidationError
 
 import toolkiln
 from toolkiln.domain.auth import Principal
-from toolkiln.domain.errors import TooManyRequests
+from toolkiln.domain.errors import ToolkilnError, TooManyRequests
 from toolkiln.mcp_server.render import error_text
 from toolkiln.services import tracing
 from toolkiln.services.background import Loop
@@ -197,34 +201,45 @@ def _failed(error: dict[str, Any]) -> types.CallToolResult:
     )
 
 
-@contextmanager
-def _message(
-    method: str, ctx: ServerRequestContext[Any, Any], params: Any, tool: str | None = None
-) -> Iterator[Span]:
-    """The server span of one MCP request (``{method} {tool}``), under the ``traceparent``
-    the client put in the request's ``_meta``, when it did."""
-    if not tracing.on():
-        yield INVALID_SPAN
-        return
-    meta = ctx.meta if ctx.meta is not None else getattr(params, "meta", None)
-    carrier: dict[str, str] = {}
-    if isinstance(meta, dict):
-        carrier = {k: v for k in ("traceparent", "tracestate") if isinstance(v := meta.get(k), str)}
-    attributes: dict[str, Any] = {"mcp.method.name": method}
-    if ctx.request_id is not None:
-        attributes["jsonrpc.request.id"] = str(ctx.request_id)
-    headers = getattr(ctx.request, "headers", None)  # streamable HTTP's request; stdio: none
-    if headers is not None and (session := headers.get("mcp-session-id")):
-        attributes["mcp.session.id"] = str(session)[:128]
-    if tool is not None:
-        tool = tool[: tracing.MAX_NAME_CHARS]
-        attributes.update({"gen_ai.tool.name": tool, "gen_ai.operation.name": "execute_tool"})
-    name = f"{method} {tool}" if tool is not None else method
-    with (
-        tracing.resumed(tracing.extract(carrier)),
-        tracing.span(name, attributes, SpanKind.SERVER) as span,
-    ):
-        yield span
+class _Traced:
+    """The outermost middleware of the server: every MCP message it receives (a request or a
+    notification; ``initialize``; a method it does not serve, answered as an error) in one
+    span (``tracing.mcp_message``), with what it came to. It stands in for the SDK's own
+    middleware, whose spans go to the global tracer provider Toolkiln never sets: one span
+    per message (tests/api/test_traces.py)."""
+
+    async def __call__(
+        self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult:
+        if not tracing.on():
+            return await call_next(ctx)
+        headers = getattr(ctx.request, "headers", None)  # streamable HTTP's request; stdio: none
+        with tracing.mcp_message(
+            ctx.method,
+            ctx.params,
+            ctx.meta,
+            request_id=ctx.request_id,
+            protocol_version=ctx.protocol_version,
+            session_id=headers.get("mcp-session-id") if headers is not None else None,
+            transport="pipe" if ctx.request is None else "tcp",
+        ) as span:
+            try:
+                result = await call_next(ctx)
+            except MCPError as exc:
+                tracing.mcp_answered(span, str(exc.error.code), exc.error.code)
+                raise
+            except ValidationError:
+                tracing.mcp_answered(span, str(INVALID_PARAMS), INVALID_PARAMS)
+                raise
+            except ToolkilnError as exc:
+                tracing.mcp_answered(span, exc.code)
+                raise
+            except Exception as exc:
+                tracing.mcp_answered(span, type(exc).__qualname__)
+                raise
+            if ctx.method == "tools/call" and isinstance(result, dict) and result.get("isError"):
+                tracing.mcp_answered(span, "tool_error")
+            return result
 
 
 def make_server(services: Services, resolve: Resolve, listeners: Listeners) -> Server[Any]:
@@ -234,10 +249,6 @@ def make_server(services: Services, resolve: Resolve, listeners: Listeners) -> S
     async def list_tools(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        with _message("tools/list", ctx, params):
-            return await _list_tools(ctx)
-
-    async def _list_tools(ctx: ServerRequestContext[Any, Any]) -> types.ListToolsResult:
         at = await resolve(ctx)
 
         def listed() -> tuple[list[dict[str, Any]], str]:
@@ -269,15 +280,6 @@ def make_server(services: Services, resolve: Resolve, listeners: Listeners) -> S
     turns = Turns(CALL_THREADS, CALL_THREADS // 4)
 
     async def call_tool(
-        ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
-        with _message("tools/call", ctx, params, params.name) as span:
-            result = await _call_tool(ctx, params)
-            if result.is_error:
-                span.set_attribute("error.type", "tool_error")
-            return result
-
-    async def _call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         at = await resolve(ctx)
@@ -339,7 +341,7 @@ def make_server(services: Services, resolve: Resolve, listeners: Listeners) -> S
         finally:
             listeners.streams -= 1
 
-    return _Server(
+    server = _Server(
         "toolkiln",
         version=toolkiln.__version__,
         instructions="Custom and built-in tools of one Toolkiln agent.",
@@ -347,3 +349,5 @@ def make_server(services: Services, resolve: Resolve, listeners: Listeners) -> S
         on_call_tool=call_tool,
         on_subscriptions_listen=listen,
     )
+    server.middleware = [_Traced()]
+    return server

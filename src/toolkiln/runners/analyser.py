@@ -23,9 +23,10 @@ from dataclasses import replace
 import grpc
 
 from toolkiln.domain.analysis import FAILED, Analysis, precheck
-from toolkiln.domain.errors import ServiceUnavailable, TooManyRequests
+from toolkiln.domain.errors import ServiceUnavailable, ToolkilnError, TooManyRequests
 from toolkiln.runners import wire
 from toolkiln.runners.fleet import Fleet
+from toolkiln.services import tracing
 
 log = logging.getLogger("toolkiln.runners")
 
@@ -51,6 +52,17 @@ class RemoteAnalyser:
     def analyse(self, language: str, code: str, workspace_id: str) -> Analysis:
         if problems := precheck(language, code):
             return Analysis(tuple(problems))
+        with tracing.code_check(language, workspace_id) as span:
+            try:
+                found = self._admitted(language, code, workspace_id)
+            except ToolkilnError as exc:
+                tracing.code_checked(span, exc.code)
+                raise
+            outcome = found.limit or ("problems" if found.problems else "ok")
+            tracing.code_checked(span, outcome, len(found.problems))
+            return found
+
+    def _admitted(self, language: str, code: str, workspace_id: str) -> Analysis:
         with self._lock:
             queued = self._queued.get(workspace_id, 0)
             if queued >= QUEUED:

@@ -212,3 +212,107 @@ def _shown(value: Any) -> str:
     except (TypeError, ValueError, RecursionError):
         text = "[not JSON]"
     return _state.redact(text)[:MAX_IO_CHARS]  # redacted whole: no secret cut in two
+
+
+# -- the span of an MCP message
+
+# The methods whose span names a target, and the attribute that holds it (the conventions'
+# ``{mcp.method.name} {target}``): a tool's or a prompt's name, from the message's params.
+_MCP_TARGETS = {"tools/call": "gen_ai.tool.name", "prompts/get": "gen_ai.prompt.name"}
+
+
+def mcp_message(
+    method: str,
+    params: Mapping[str, Any] | None,
+    meta: Mapping[str, Any] | None,
+    *,
+    request_id: str | int | None,
+    protocol_version: str,
+    session_id: str | None,
+    transport: str,
+) -> AbstractContextManager[Span]:
+    """``{mcp.method.name} {target}``: one MCP message the server received, a request or a
+    notification, served or not, as a SERVER span under the ``traceparent`` the client put
+    in its ``_meta`` (else under the current span). ``transport``: ``tcp`` (streamable
+    HTTP) or ``pipe`` (stdio). What the client names (the method, a tool) is capped; no
+    params but the target's name are read. The span records no exception: its message may
+    quote what the client sent (``mcp_answered`` sets what it came to)."""
+    tracer = _state.tracer
+    if tracer is None:
+        return OFF
+    method = method[:MAX_NAME_CHARS] if isinstance(method, str) else "?"
+    attributes: dict[str, Any] = {
+        "mcp.method.name": method,
+        "mcp.protocol.version": protocol_version,
+        "network.transport": transport,
+    }
+    if transport == "tcp":
+        attributes["network.protocol.name"] = "http"
+    if request_id is not None:
+        attributes["jsonrpc.request.id"] = str(request_id)
+    if session_id:
+        attributes["mcp.session.id"] = session_id[:MAX_NAME_CHARS]
+    name = method
+    key = _MCP_TARGETS.get(method)
+    target = params.get("name") if key is not None and isinstance(params, Mapping) else None
+    if key is not None and isinstance(target, str):
+        target = target[:MAX_NAME_CHARS]
+        attributes[key] = target
+        name = f"{method} {target}"
+        if method == "tools/call":
+            attributes["gen_ai.operation.name"] = "execute_tool"
+    carrier: dict[str, str] = {}
+    if isinstance(meta, Mapping):
+        carrier = {k: v for k in ("traceparent", "tracestate") if isinstance(v := meta.get(k), str)}
+    return tracer.start_as_current_span(
+        name,
+        context=extract(carrier),
+        kind=SpanKind.SERVER,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    )
+
+
+def mcp_answered(span: Span, error_type: str | None, rpc_code: int | None = None) -> None:
+    """What an MCP message came to, on its span: ``error_type`` when it failed (a JSON-RPC
+    error's code, ``tool_error`` for a tool call answered as failed, a Toolkiln error's
+    code, an exception's type), ``rpc_code`` the JSON-RPC error code the client was sent."""
+    if error_type is None or not span.is_recording():
+        return
+    span.set_attribute("error.type", error_type[:MAX_NAME_CHARS])
+    if rpc_code is not None:
+        span.set_attribute("rpc.response.status_code", str(rpc_code))
+    span.set_status(trace.StatusCode.ERROR)
+
+
+# -- the span of a code check
+
+
+def code_check(language: str, workspace_id: str) -> AbstractContextManager[Span]:
+    """``code_check``: one text of tool code sent to a runner's code checkers (its
+    ``Analyse``), under the request that saves, validates or runs it. Names the language
+    and the workspace; never the code."""
+    if _state.tracer is None:
+        return OFF
+    attributes = {
+        "toolkiln.code.language": language[:MAX_NAME_CHARS],
+        "toolkiln.workspace.id": workspace_id,
+    }
+    return _state.tracer.start_as_current_span(
+        "code_check", kind=SpanKind.CLIENT, attributes=attributes, record_exception=False
+    )
+
+
+def code_checked(span: Span, outcome: str, problems: int = 0) -> None:
+    """What a code check came to: ``toolkiln.code_check.outcome`` (``ok``; ``problems``;
+    ``time`` or ``memory``, the limit the analysis met; ``failed``, the checkers failed on
+    it or a runner answered out of the rules; else the error's code: ``unavailable``,
+    ``too_many_requests``) and how many problems it found. The last two kinds are errors."""
+    if not span.is_recording():
+        return
+    span.set_attribute("toolkiln.code_check.outcome", outcome)
+    span.set_attribute("toolkiln.code_check.problems", problems)
+    if outcome not in ("ok", "problems", "time", "memory"):
+        span.set_attribute("error.type", outcome)
+        span.set_status(trace.StatusCode.ERROR)
