@@ -159,8 +159,8 @@ def descendants(root: int) -> Iterator[HostView]:
 
 # Capability numbers (linux/capability.h) of what the documented command grants.
 CAPS = {"DAC_OVERRIDE": 1, "SETGID": 6, "SETUID": 7, "SYS_ADMIN": 21}
-# What a runner that is root (of the host, or of a pod's user namespace: the systemd unit, the
-# Kubernetes runner) holds for the jail, each measured by removing it
+# What a runner that is root (of the host, or of a pod's user namespace: the root systemd
+# unit, the Kubernetes runner) holds for the jail, each measured by removing it
 # (docs/decisions/200-image-and-manifests.md; docs/deployment.md, "What the service needs").
 ROOT_RUNNER_CAPS = ("CHOWN", "DAC_READ_SEARCH", "KILL", "SETGID", "SETUID", "SYS_ADMIN")
 # The image's user (Containerfile) and the ids its /etc/subuid and /etc/subgid give it: in a

@@ -244,11 +244,16 @@ class RootlessRunner:
         return self.proc.wait(timeout_s)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, 9)
-                self.proc.wait(30)
+        stop(self.proc)
         shutil.rmtree(self.home, ignore_errors=True)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM (a runner drains its calls), then its whole session killed after 60 s."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait(30)
