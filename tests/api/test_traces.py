@@ -406,6 +406,7 @@ def test_every_mcp_message_over_stdio_is_one_span(
         "TOOLKILN_DATA_DIR": str(rt.settings.data_dir),
         "PATH": os.environ.get("PATH", ""),
         "OTEL_TRACES_EXPORTER": "console",
+        "OTEL_BSP_SCHEDULE_DELAY": "100",  # written as they end, not only at the exit
     }
     exe = str(Path(sys.executable).parent / "toolkiln")
     params = StdioServerParameters(

@@ -229,8 +229,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ToolkilnError as exc:
         return _fail(exc.code, exc.message, exc.details)
     finally:
+        # What spans are buffered are sent first: an MCP client stops a stdio server 2 s
+        # after closing its input (the SDK's grace), and closing the runtime (its runner)
+        # may take longer; the spans need nothing of it.
+        telemetry.shutdown()
         runtime.close()
-        telemetry.shutdown()  # what spans are buffered are sent
 
 
 def _run(args: argparse.Namespace, runtime: Runtime | Local) -> None:
