@@ -178,15 +178,7 @@ class PackageStore:
             "--no-deps", "--only-binary=:all:", "--no-compile", "--target", str(staging), spec,
         ]  # fmt: skip
         log.info("installing sandbox package %s", spec)
-        try:
-            done = subprocess.run(
-                cmd, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, check=False
-            )
-        except subprocess.TimeoutExpired:
-            return f"pip did not finish installing {spec} in {INSTALL_TIMEOUT_S} s"
-        if done.returncode != 0:
-            return f"pip failed installing {spec}: {done.stderr.strip()[-500:]}"
-        return None
+        return _install("pip", spec, cmd)
 
     def _move_in(self, staging: Path) -> None:
         """Each top-level entry replaces its old copy with one rename. Distributions own
@@ -200,6 +192,22 @@ class PackageStore:
             elif target.exists():
                 target.unlink()
             entry.rename(target)
+
+
+def _install(
+    installer: str, what: str, cmd: list[str], env: dict[str, str] | None = None
+) -> str | None:
+    """Run one install command; the problem that stops it (out of time, or the end of its
+    stderr), or None once it has installed ``what``."""
+    try:
+        done = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, check=False, env=env
+        )
+    except subprocess.TimeoutExpired:
+        return f"{installer} did not finish installing {what} in {INSTALL_TIMEOUT_S} s"
+    if done.returncode != 0:
+        return f"{installer} failed installing {what}: {done.stderr.strip()[-500:]}"
+    return None
 
 
 def _canonical(name: str) -> str:
@@ -241,15 +249,7 @@ class JsPackageStore(PackageStore):
                "--ignore-scripts", "--omit=dev", "--no-save", pinned]  # fmt: skip
         log.info("installing JavaScript package %s", pinned)
         env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLKILN_")}
-        try:
-            done = subprocess.run(
-                cmd, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, check=False, env=env
-            )
-        except subprocess.TimeoutExpired:
-            return f"npm did not finish installing {pinned} in {INSTALL_TIMEOUT_S} s"
-        if done.returncode != 0:
-            return f"npm failed installing {pinned}: {done.stderr.strip()[-500:]}"
-        return None
+        return _install("npm", pinned, cmd, env)
 
     def _move_in(self, staging: Path) -> None:
         """Only the package itself moves in (its UMD build has no dependencies)."""
