@@ -28,10 +28,10 @@ from tests.runners.harness import Runner, cmdline, descendants
 from toolkiln.api.app import create_app
 from toolkiln.app import build
 from toolkiln.config import Settings
-from toolkiln.domain.analysis import FAILED
+from toolkiln.domain.analysis import FAILED, QUEUED
 from toolkiln.domain.errors import TooManyRequests
 from toolkiln.runners import wire
-from toolkiln.runners.analyser import QUEUED, RemoteAnalyser
+from toolkiln.runners.analyser import RemoteAnalyser
 from toolkiln.runners.client import RunnerClient
 from toolkiln.runners.fleet import Fleet
 
@@ -222,7 +222,7 @@ def test_one_workspace_is_admitted_across_runners(runners: list[Runner]) -> None
         ]
         for t in slow:
             t.start()
-        wait_for("four checks under way", lambda: analyser._queued.get("a") == QUEUED, 30)
+        wait_for("four checks under way", lambda: analyser.queue.count("a") == QUEUED, 30)
         with pytest.raises(TooManyRequests) as refused:
             analyser.analyse("python", FSTRING + "#late", "a")
         assert refused.value.retry_after_s >= 1

@@ -10,10 +10,14 @@ comes back from a process that parsed hostile text is not trusted.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from toolkiln.domain import limits
+from toolkiln.domain.errors import TooManyRequests
 from toolkiln.domain.problems import Problem, bad_text, problem, text_problems
 
 LANGUAGES = ("python", "javascript")
@@ -25,6 +29,10 @@ MAX_IMPORT_CHARS = 256  # a module name as written
 Limit = Literal["", "time", "memory", "failed"]
 # The problem of a text whose checker failed on it, or answered out of the rules.
 FAILED = "could not be parsed: the code checker failed on it"
+# Analyses one workspace may have running or waiting in one process (a runner's checkers, the
+# API's analyser): beyond, refused at once (429), so that one workspace's flood holds no more
+# than this many of the process' threads (tests/runners/test_analyse.py).
+QUEUED = 4
 _WIRE_KEYS = {"problems", "entrypoint", "imports", "script"}
 _PROBLEM_KEYS = {"field", "message", "line", "column"}
 
@@ -119,3 +127,36 @@ def _problem(value: Any, code: str) -> Problem:
         if at is not None and not (type(at) is int and 0 <= at <= most):
             raise ValueError(f"a {key} inside the code")
     return problem("code", value["message"], value.get("line"), value.get("column"))
+
+
+class CheckQueue:
+    """The analyses of each workspace running or waiting in one process: at most ``QUEUED``;
+    the next one is refused at once (``TooManyRequests``, retry after ``retry_after_s``)."""
+
+    def __init__(self, retry_after_s: int) -> None:
+        self.retry_after_s = retry_after_s
+        self._queued: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def count(self, workspace_id: str) -> int:
+        with self._lock:
+            return self._queued.get(workspace_id, 0)
+
+    @contextmanager
+    def place(self, workspace_id: str) -> Iterator[None]:
+        """One of the workspace's places, held while the block runs."""
+        with self._lock:
+            queued = self._queued.get(workspace_id, 0)
+            if queued >= QUEUED:
+                raise TooManyRequests(
+                    f"This workspace has {queued} code checks under way; try again shortly.",
+                    retry_after_s=self.retry_after_s,
+                )
+            self._queued[workspace_id] = queued + 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                left = self._queued.pop(workspace_id) - 1
+                if left:
+                    self._queued[workspace_id] = left

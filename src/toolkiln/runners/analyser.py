@@ -2,10 +2,10 @@
 runner's code checkers (sandbox/checks.py), never in the API's process.
 
 - Admission: at most ``QUEUED`` analyses of one workspace running or waiting in this
-  process; beyond, refused at once (429), so one workspace's flood holds no more than that
-  many request threads here, whichever runners serve it. Each runner's checkers share their
-  places between workspaces again, across every API process that sends them texts, and
-  refuse a workspace's fifth there too.
+  process (``CheckQueue``, domain/analysis.py); beyond, refused at once (429), so one
+  workspace's flood holds no more than that many request threads here, whichever runners
+  serve it. Each runner's checkers share their places between workspaces again, across
+  every API process that sends them texts, and refuse a workspace's fifth there too.
 - Placement: as a root run (``Fleet.analyse``); no runner within ``RUNNER_WAIT_S``, or one
   that does not answer in ``ANSWER_S``, is 503 ``unavailable``.
 - Answers: what a runner sends is read under ``runners/wire.py``'s rules and checked as a
@@ -17,12 +17,11 @@ runner's code checkers (sandbox/checks.py), never in the API's process.
 from __future__ import annotations
 
 import logging
-import threading
 from dataclasses import replace
 
 import grpc
 
-from toolkiln.domain.analysis import FAILED, Analysis, precheck
+from toolkiln.domain.analysis import FAILED, Analysis, CheckQueue, precheck
 from toolkiln.domain.errors import ServiceUnavailable, ToolkilnError, TooManyRequests
 from toolkiln.runners import wire
 from toolkiln.runners.fleet import Fleet
@@ -30,8 +29,6 @@ from toolkiln.services import tracing
 
 log = logging.getLogger("toolkiln.runners")
 
-# Analyses of one workspace running or waiting in this process (the checkers' own QUEUED).
-QUEUED = 4
 RETRY_AFTER_S = 4  # a checker's 3 s for one analysis, and a second
 # How long an analysis waits for a runner that takes work (one restarting comes back).
 RUNNER_WAIT_S = 5.0
@@ -46,8 +43,7 @@ class RemoteAnalyser:
 
     def __init__(self, fleet: Fleet) -> None:
         self._fleet = fleet
-        self._queued: dict[str, int] = {}  # per workspace: running or waiting
-        self._lock = threading.Lock()
+        self.queue = CheckQueue(RETRY_AFTER_S)  # per workspace: running or waiting
 
     def analyse(self, language: str, code: str, workspace_id: str) -> Analysis:
         if problems := precheck(language, code):
@@ -63,21 +59,8 @@ class RemoteAnalyser:
             return found
 
     def _admitted(self, language: str, code: str, workspace_id: str) -> Analysis:
-        with self._lock:
-            queued = self._queued.get(workspace_id, 0)
-            if queued >= QUEUED:
-                raise TooManyRequests(
-                    f"This workspace has {queued} code checks under way; try again shortly.",
-                    retry_after_s=RETRY_AFTER_S,
-                )
-            self._queued[workspace_id] = queued + 1
-        try:
+        with self.queue.place(workspace_id):
             return self._ask(language, code, workspace_id)
-        finally:
-            with self._lock:
-                left = self._queued.pop(workspace_id) - 1
-                if left:
-                    self._queued[workspace_id] = left
 
     def _ask(self, language: str, code: str, workspace_id: str) -> Analysis:
         ask = wire.Analyse(language, code, workspace_id)

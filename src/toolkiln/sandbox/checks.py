@@ -33,8 +33,8 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from toolkiln.domain.analysis import FAILED, Analysis, precheck
-from toolkiln.domain.errors import ServiceUnavailable, TooManyRequests
+from toolkiln.domain.analysis import FAILED, Analysis, CheckQueue, precheck
+from toolkiln.domain.errors import ServiceUnavailable
 from toolkiln.sandbox.fair import FairShare
 from toolkiln.sandbox.jail import protocol
 
@@ -49,9 +49,6 @@ IDLE_KEPT = 4  # idle checkers kept for the workspaces that used them last
 KEEP_RSS_MB = 64  # a checker holding more after an analysis is retired
 RECYCLE_AFTER = 500  # analyses one checker makes at most
 WAIT_S = 10.0  # for a place, beyond which the checkers are too busy (503)
-# Analyses one workspace may have running or waiting: beyond, refused at once (429), so that
-# one workspace's flood holds no more than this many of the runner's threads.
-QUEUED = 4
 START_S = 10.0  # for a checker to start and confine itself
 ANSWER_BYTES = 8 * 1024 * 1024  # one answer frame: a JavaScript script can be ~4x its code
 
@@ -144,7 +141,7 @@ class CheckerPool:
         self.seconds = seconds
         self.memory_mb = memory_mb
         self.fair = FairShare(workers)
-        self._queued: dict[str, int] = {}  # per workspace: running or waiting
+        self.queue = CheckQueue(int(seconds) + 1)  # per workspace: running or waiting
         self._argv = list(argv) if argv is not None else [
             sys.executable, "-I", "-m", "toolkiln.sandbox.checker",
             str(memory_mb), str(CPU_S), str(os.getpid()), str(int(strict)),
@@ -165,21 +162,8 @@ class CheckerPool:
     def analyse(self, language: str, code: str, workspace_id: str) -> Analysis:
         if problems := precheck(language, code):
             return Analysis(tuple(problems))
-        with self._lock:
-            queued = self._queued.get(workspace_id, 0)
-            if queued >= QUEUED:
-                raise TooManyRequests(
-                    f"This workspace has {queued} code checks under way; try again shortly.",
-                    retry_after_s=int(self.seconds) + 1,
-                )
-            self._queued[workspace_id] = queued + 1
-        try:
+        with self.queue.place(workspace_id):
             return self._in_turn(language, code, workspace_id)
-        finally:
-            with self._lock:
-                left = self._queued.pop(workspace_id) - 1
-                if left:
-                    self._queued[workspace_id] = left
 
     def _in_turn(self, language: str, code: str, workspace_id: str) -> Analysis:
         if not self.fair.acquire(workspace_id, time.monotonic() + WAIT_S):
