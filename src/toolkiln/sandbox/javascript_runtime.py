@@ -12,7 +12,7 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import py_mini_racer
 
@@ -21,9 +21,7 @@ from toolkiln.sandbox.jail import protocol
 from toolkiln.sandbox.jail.config import JailConfig
 from toolkiln.sandbox.packages import JS_PACKAGES
 from toolkiln.sandbox.pool import SandboxUnavailable, WarmChild
-
-if TYPE_CHECKING:
-    from toolkiln.sandbox.runner import Sandbox
+from toolkiln.sandbox.runner import Attached
 
 RECYCLE_AFTER = 50
 
@@ -37,7 +35,7 @@ def _quiet(child: WarmChild) -> bool:
     return not protocol.readable(child.sock, 0)
 
 
-class JavaScriptRuntime:
+class JavaScriptRuntime(Attached):
     """Workers serve one workspace each: a worker that served another workspace is retired
     rather than handed over (``take``)."""
 
@@ -47,14 +45,6 @@ class JavaScriptRuntime:
         self.retired_for_another_workspace = 0
         self._owned: set[tuple[int, int]] = set()  # live workers that serve a workspace
         self._owned_lock = threading.Lock()
-        self.sandbox: Sandbox | None = None
-
-    def attach(self, sandbox: Sandbox) -> None:
-        self.sandbox = sandbox
-
-    def _box(self) -> Sandbox:
-        assert self.sandbox is not None, "attached by the sandbox it serves"
-        return self.sandbox
 
     def places(self) -> int:
         return self._box().warm

@@ -14,11 +14,10 @@ from toolkiln.sandbox.compiled import Compiled
 from toolkiln.sandbox.jail.config import JailConfig
 from toolkiln.sandbox.packages import PYTHON_PACKAGES
 from toolkiln.sandbox.pool import WarmChild
+from toolkiln.sandbox.runner import Attached
 
 if TYPE_CHECKING:
     import socket
-
-    from toolkiln.sandbox.runner import Sandbox
 
 log = logging.getLogger("toolkiln.sandbox")
 # A Python child is made and warmed at this nice value and put back to the service's
@@ -44,7 +43,7 @@ def needs_asyncio(code: str) -> bool:
     return "async" in code
 
 
-class PythonRuntime:
+class PythonRuntime(Attached):
     """Python processes are made per call: at most ``Limits.concurrent_calls`` run at once
     (32 x 256 MB bounds the memory they can hold)."""
 
@@ -53,14 +52,6 @@ class PythonRuntime:
     def __init__(self) -> None:
         self.compiled = Compiled()
         self._compiler = ThreadPoolExecutor(1, thread_name_prefix="toolkiln-compile")
-        self.sandbox: Sandbox | None = None
-
-    def attach(self, sandbox: Sandbox) -> None:
-        self.sandbox = sandbox
-
-    def _box(self) -> Sandbox:
-        assert self.sandbox is not None, "attached by the sandbox it serves"
-        return self.sandbox
 
     def places(self) -> int:
         return self._box().limits.concurrent_calls

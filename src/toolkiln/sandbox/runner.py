@@ -86,7 +86,8 @@ def _hidden_paths() -> list[str]:
 
 class Runtime(Protocol):
     """A language on the jailed runner (composition, not a subclass): what differs between
-    Python and JavaScript. ``attach`` gives it the sandbox it serves, once, at its start."""
+    Python and JavaScript. ``attach`` gives it the sandbox it serves, once, at its start
+    (``Attached`` holds it)."""
 
     language: str
 
@@ -111,6 +112,20 @@ class Runtime(Protocol):
     def release(self, child: WarmChild, outcome: RunOutcome | None, clean: bool) -> None: ...
     def describe(self, described: dict[str, Any]) -> dict[str, Any]: ...
     def close(self) -> None: ...
+
+
+class Attached:
+    """What every ``Runtime`` holds: the sandbox it serves, given once by ``attach`` at its
+    start; asking for it before then is a bug."""
+
+    sandbox: Sandbox | None = None
+
+    def attach(self, sandbox: Sandbox) -> None:
+        self.sandbox = sandbox
+
+    def _box(self) -> Sandbox:
+        assert self.sandbox is not None, "attached by the sandbox it serves"
+        return self.sandbox
 
 
 class Sandbox:
