@@ -15,6 +15,20 @@ from typing import Any
 TAKING = ("serving", "degraded")
 
 
+def unavailable_runtime() -> dict[str, Any]:
+    """How a language no sandbox or runner offers is described (a fresh value each time)."""
+    return {
+        "available": False,
+        "ready": False,
+        "entrypoints": [],
+        "return_contract": "",
+        "ctx": [],
+        "limits": {},
+        "isolation": {},
+        "dependencies": [],
+    }
+
+
 class SystemService:
     def __init__(
         self,
@@ -73,17 +87,5 @@ class SystemService:
         """What each language offers, and that it is true."""
         found = self._runtimes()
         for language in ("python", "javascript"):
-            found.setdefault(
-                language,
-                {
-                    "available": False,
-                    "ready": False,
-                    "entrypoints": [],
-                    "return_contract": "",
-                    "ctx": [],
-                    "limits": {},
-                    "isolation": {},
-                    "dependencies": [],
-                },
-            )
+            found.setdefault(language, unavailable_runtime())
         return found
