@@ -21,6 +21,8 @@ from toolkiln.domain.records import AuditRow, Policy
 
 Source = Literal["api", "llm", "code"]
 MAX_CTX_CALLS = 50
+# The caller fields a tool's ``ctx`` shows (``Origin.for_code``), as each runtime describes them.
+CTX_CALLER_FIELDS = ("agentId", "agentName", "powerUserId", "toolCallId", "conversationId")
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,12 +169,7 @@ class Origin:
         )
 
     def for_code(self) -> dict[str, Any]:
-        """What the tool's ``ctx`` shows of its caller."""
+        """What the tool's ``ctx`` shows of its caller (``CTX_CALLER_FIELDS``)."""
         c = self.caller
-        return {
-            "agentId": c.agent_id,
-            "agentName": c.agent_name,
-            "powerUserId": c.power_user_id,
-            "toolCallId": self.call_id,
-            "conversationId": c.conversation_id,
-        }
+        values = (c.agent_id, c.agent_name, c.power_user_id, self.call_id, c.conversation_id)
+        return dict(zip(CTX_CALLER_FIELDS, values, strict=True))

@@ -17,6 +17,7 @@ from typing import Any
 import py_mini_racer
 
 from toolkiln.domain.execution import RunOutcome, RunRequest
+from toolkiln.domain.origin import CTX_CALLER_FIELDS
 from toolkiln.sandbox.jail import protocol
 from toolkiln.sandbox.jail.config import JailConfig
 from toolkiln.sandbox.packages import JS_PACKAGES
@@ -207,11 +208,7 @@ class JavaScriptRuntime(Attached):
                 "'message' is read as for main, anything else becomes raw_data."
             ),
             "ctx": [
-                "agentId",
-                "agentName",
-                "powerUserId",
-                "toolCallId",
-                "conversationId",
+                *CTX_CALLER_FIELDS,
                 "tools.<name>(input) -> Promise",
                 "tools['<name>'](input) -> Promise",
                 "audit(event, data?) -> Promise",

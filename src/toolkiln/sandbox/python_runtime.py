@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from toolkiln.domain.execution import RunOutcome, RunRequest
+from toolkiln.domain.origin import CTX_CALLER_FIELDS
 from toolkiln.sandbox.compiled import Compiled
 from toolkiln.sandbox.jail.config import JailConfig
 from toolkiln.sandbox.packages import PYTHON_PACKAGES
@@ -167,11 +168,7 @@ class PythonRuntime(Attached):
                 "'message' is read as for main, anything else becomes raw_data."
             ),
             "ctx": [
-                "agentId",
-                "agentName",
-                "powerUserId",
-                "toolCallId",
-                "conversationId",
+                *CTX_CALLER_FIELDS,
                 "agent_id",
                 "agent_name",
                 "power_user_id",
