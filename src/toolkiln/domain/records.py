@@ -114,6 +114,23 @@ def check_label(field_name: str, value: str | None, required: bool = True) -> li
     return []
 
 
+# Every change that can alter some agent's tool list (or code-mode description) leaves one of
+# these audit rows, in the transaction of the change: the row bumps its workspace's list
+# version (storage/lists_repo.py), which the cached lists are keyed by, and wakes the MCP
+# clients' list-change watcher (mcp_server/server.py). tests/services/test_list_cache.py.
+LIST_CHANGING_EVENTS = (
+    "tool.created",
+    "tool.updated",
+    "tool.deleted",
+    "tool.enabled",
+    "tool.disabled",
+    "agent.tool_enabled",
+    "agent.tool_disabled",
+    "agent.deleted",
+    "workspace.policy_updated",
+)
+
+
 @dataclass(slots=True)
 class AuditRow:
     workspace_id: str

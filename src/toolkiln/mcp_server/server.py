@@ -251,14 +251,12 @@ def make_server(services: Services, resolve: Resolve, listeners: Listeners) -> S
     ) -> types.ListToolsResult:
         at = await resolve(ctx)
 
-        def listed() -> tuple[list[dict[str, Any]], str]:
-            entries = services.agents.tool_list(
+        listing = await anyio.to_thread.run_sync(
+            lambda: services.agents.listing(
                 at.principal, at.agent_id, "mcp", mode=at.mode, language=at.language, names=at.names
             )
-            return entries, services.agents.get(at.principal, at.agent_id).workspace_id
-
-        entries, workspace_id = await anyio.to_thread.run_sync(listed)
-        listeners.remember(ctx.session, workspace_id)
+        )
+        listeners.remember(ctx.session, listing.workspace_id)
         return types.ListToolsResult(
             tools=[
                 types.Tool(
@@ -269,7 +267,7 @@ def make_server(services: Services, resolve: Resolve, listeners: Listeners) -> S
                         open_world_hint=e["annotations"]["openWorldHint"]
                     ),
                 )
-                for e in entries
+                for e in listing.entries
             ]
         )
 

@@ -18,7 +18,7 @@ from toolkiln.domain.formats import CUSTOM_PREFIX, FORMATS, NAMES, ToolDef, by_o
 from toolkiln.domain.ids import new_id, utcnow
 from toolkiln.domain.limits import MAX_TIMEOUT_MS
 from toolkiln.domain.origin import Budget, Offer, Origin
-from toolkiln.domain.records import Agent, AuditRow, Policy, check_label
+from toolkiln.domain.records import LIST_CHANGING_EVENTS, Agent, AuditRow, Policy, check_label
 from toolkiln.domain.results import Result, error, refused
 from toolkiln.services.access import principal_of
 from toolkiln.services.calls import (
@@ -31,26 +31,16 @@ from toolkiln.services.calls import (
 from toolkiln.services.paging import listing_scope
 from toolkiln.services.ports import UnitOfWork, UnitOfWorkFactory
 from toolkiln.services.router import Router
+from toolkiln.services.tool_lists import ListCache, Listing
 
-# Every change that can alter some agent's tool list leaves one of these audit rows.
 MODES = ("direct", "code")
-LIST_CHANGING_EVENTS = [
-    "tool.created",
-    "tool.updated",
-    "tool.deleted",
-    "tool.enabled",
-    "tool.disabled",
-    "agent.tool_enabled",
-    "agent.tool_disabled",
-    "agent.deleted",
-    "workspace.policy_updated",
-]
 
 
 class AgentService:
     def __init__(self, uow: UnitOfWorkFactory, router: Router) -> None:
         self._uow = uow
         self._router = router
+        self.lists = ListCache()
 
     # -- agents
 
@@ -204,10 +194,27 @@ class AgentService:
         language: str = "python",
         names: str = "id",
     ) -> list[dict[str, Any]]:
+        """The entries of ``listing`` (shared with the cache: read them, never change them)."""
+        return self.listing(principal, agent_id, fmt, strict, mode, language, names).entries
+
+    def listing(
+        self,
+        principal: Principal,
+        agent_id: str,
+        fmt: str,
+        strict: bool = False,
+        mode: str = "direct",
+        language: str = "python",
+        names: str = "id",
+    ) -> Listing:
         """The agent's tools in a provider's format; in code mode, one ``run_program`` tool
         whose description declares the code-mode tools in ``language``, or
         none when the workspace policy does not allow ``run_code``. ``names="name"``: custom
-        tools under their own names where they can be (``by_own_name``)."""
+        tools under their own names where they can be (``by_own_name``).
+
+        One statement reads the agent with its workspace's list version; a list rendered at
+        that version is served as it was (services/tool_lists.py), else the list is read and
+        rendered, and kept."""
         problems = []
         if names not in NAMES:
             problems.append({"field": "names", "message": f"one of {', '.join(NAMES)}"})
@@ -221,7 +228,27 @@ class AgentService:
             )
         if problems:
             raise InvalidRequest(f"{problems[0]['field']} is not valid.", problems)
+        principal.require("read")
+        with self._uow(readonly=True, one_statement=True) as tx:
+            found = tx.lists.agent(agent_id)
+        if found is None or not principal.can_see(found[0].workspace_id):
+            raise NotFound("No agent with that id.")
+        agent, version = found
+        key = (agent.id, fmt, strict, mode, language, names)
+        cached = self.lists.get(agent.workspace_id, version, key)
+        if cached is not None:
+            return cached
+        # Read after the version: what is rendered is of that version or newer, never older.
         _, defs = self.tool_defs(principal, agent_id, mode)
+        listing = Listing.of(
+            agent.workspace_id, self._render(defs, fmt, strict, mode, language, names)
+        )
+        self.lists.put(agent.workspace_id, version, key, listing)
+        return listing
+
+    def _render(
+        self, defs: list[ToolDef], fmt: str, strict: bool, mode: str, language: str, names: str
+    ) -> list[dict[str, Any]]:
         if mode == "code":
             # Offered only where the policy allows run_code (the router refuses it too).
             if not program_allowed(frozenset(d.name for d in defs if d.kind == "builtin")):
@@ -237,9 +264,9 @@ class AgentService:
         last ``window`` audit ids. An agent offers only its own workspace's tools and policy,
         so a change is told to that workspace's clients alone (mcp_server/server.py)."""
         with self._uow(readonly=True) as tx:
-            marker = tx.audit.last_id(LIST_CHANGING_EVENTS)
+            marker = tx.audit.last_id(list(LIST_CHANGING_EVENTS))
             after = max(marker - window, floor)
-            return marker, tx.audit.changes_after(LIST_CHANGING_EVENTS, after)
+            return marker, tx.audit.changes_after(list(LIST_CHANGING_EVENTS), after)
 
     def enter(self, bearer: str | None, agent_id: str) -> Principal:
         """The principal of ``bearer``, which may read the agent ``agent_id``: one read (the

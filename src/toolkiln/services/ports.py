@@ -110,6 +110,12 @@ class AgentRepo(Protocol):
     def enabled(self, agent_id: str) -> dict[str, int | None]: ...
 
 
+class ListRepo(Protocol):
+    """The workspaces' list versions (storage/lists_repo.py)."""
+
+    def agent(self, agent_id: str) -> tuple[Agent, int] | None: ...
+
+
 class SecretRepo(Protocol):
     """A workspace's secrets, each value sealed (``Sealer``): the repository never sees one
     in the clear."""
@@ -147,6 +153,8 @@ class UnitOfWork(Protocol):
     def agents(self) -> AgentRepo: ...
     @property
     def secrets(self) -> SecretRepo: ...
+    @property
+    def lists(self) -> ListRepo: ...
 
 
 class UnitOfWorkFactory(Protocol):

@@ -287,7 +287,9 @@ class Database:
                             conn.execution_options(isolation_level="AUTOCOMMIT")
                     try:
                         with conn.begin():
-                            yield SqlUnitOfWork(conn)
+                            unit = SqlUnitOfWork(conn)
+                            yield unit
+                            unit.before_commit()
                     finally:
                         info.pop(ONE_STATEMENT, None)  # info outlives the checkout
         except sa.exc.IntegrityError as exc:

@@ -11,6 +11,7 @@ from sqlalchemy.engine import Connection, RowMapping
 from toolkiln.domain.errors import Conflict
 from toolkiln.domain.ids import utcnow
 from toolkiln.domain.records import (
+    LIST_CHANGING_EVENTS,
     Agent,
     AuditFilter,
     AuditRow,
@@ -29,6 +30,7 @@ from toolkiln.domain.tools import (
     ToolVersion,
 )
 from toolkiln.storage.files_repo import SqlFiles
+from toolkiln.storage.lists_repo import SqlLists
 from toolkiln.storage.moments import utc as _utc
 from toolkiln.storage.prepared import Prepared
 from toolkiln.storage.secrets_repo import SqlSecrets
@@ -415,6 +417,9 @@ class SqlCalls:
 class SqlAudit:
     def __init__(self, conn: Connection) -> None:
         self._c = conn
+        # The workspaces of the list-changing rows written: their list versions move at
+        # commit (SqlUnitOfWork.before_commit).
+        self.lists_changed: set[str] = set()
 
     @staticmethod
     def _params(row: AuditRow) -> dict[str, Any]:
@@ -433,9 +438,12 @@ class SqlAudit:
         # A constant statement with parameters hits SQLAlchemy's compiled cache; building
         # insert().values(...) per row costs ~0.4 ms on the reference VM.
         _AUDIT_INSERT.run(self._c, self._params(row))
+        if row.event in LIST_CHANGING_EVENTS:
+            self.lists_changed.add(row.workspace_id)
 
     def add_many(self, rows: list[AuditRow]) -> None:
         _AUDIT_INSERT.run_many(self._c, [self._params(r) for r in rows])
+        self.lists_changed.update(r.workspace_id for r in rows if r.event in LIST_CHANGING_EVENTS)
 
     def last_id(self, events: list[str]) -> int:
         """The newest row of these events (0 if none), by the (event, id) index."""
@@ -572,3 +580,10 @@ class SqlUnitOfWork:
         self.files = SqlFiles(conn)
         self.agents = SqlAgents(conn)
         self.secrets = SqlSecrets(conn)
+        self.lists = SqlLists(conn)
+
+    def before_commit(self) -> None:
+        """The writes a unit makes last, once its work succeeded: the list versions of the
+        workspaces whose lists it changed."""
+        if self.audit.lists_changed:
+            self.lists.bump(self.audit.lists_changed)

@@ -24,6 +24,9 @@ workspaces = sa.Table(
     sa.Column("name", sa.String(200), nullable=False, unique=True),
     sa.Column("policy", JSONType, nullable=False),
     sa.Column("created_at", Moment, nullable=False),
+    # Moves with every change to what the workspace's agents' tool lists show (the audit
+    # rows of domain.records.LIST_CHANGING_EVENTS): the key of the cached lists.
+    sa.Column("list_version", sa.BigInteger, nullable=False, server_default=sa.text("0")),
 )
 
 tokens = sa.Table(

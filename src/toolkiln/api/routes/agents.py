@@ -109,12 +109,12 @@ def agent_tools(
     mode: Literal["direct", "code"] = "direct",
     language: Literal["python", "javascript"] = "python",
     names: Literal["id", "name"] = "id",
-) -> dict[str, Any]:
+) -> Response:
     """``mode=code``: one ``run_program`` tool whose description declares the agent's
     code-mode tools as signatures in ``language``. ``names=name``: each custom tool under its
     own name where every format allows it and no built-in has it, else ``custom_{id}``."""
-    tools = svc.agents.tool_list(who, agent_id, format, strict, mode, language, names)
-    return {"data": tools, "next_cursor": None}
+    listing = svc.agents.listing(who, agent_id, format, strict, mode, language, names)
+    return Response(listing.body, media_type="application/json")  # encoded once per list
 
 
 @router.post(
