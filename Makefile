@@ -11,7 +11,7 @@ WEB_DEPS := $(WEB)/node_modules/.installed
 BUNDLE := src/toolkiln/web/static/app.js
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: install serve test test-rootless lint bench bench-code-mode clean browser nginx \
+.PHONY: install serve test test-rootless lint bench bench-code-mode bench-tool-list clean browser nginx \
 	prometheus image image-base containers kubectl FORCE
 
 # The sandbox's template builds one C module of its own at install (jail/_spawn.c): a C
@@ -141,6 +141,9 @@ bench: install
 
 bench-code-mode: install
 	$(BIN)/python bench/code_mode.py
+
+bench-tool-list: install
+	$(BIN)/python bench/tool_list.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache $(WEB)/node_modules $(BUNDLE)

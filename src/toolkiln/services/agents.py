@@ -184,19 +184,6 @@ class AgentService:
             )
         return agent, policy, defs
 
-    def tool_list(
-        self,
-        principal: Principal,
-        agent_id: str,
-        fmt: str,
-        strict: bool = False,
-        mode: str = "direct",
-        language: str = "python",
-        names: str = "id",
-    ) -> list[dict[str, Any]]:
-        """The entries of ``listing`` (shared with the cache: read them, never change them)."""
-        return self.listing(principal, agent_id, fmt, strict, mode, language, names).entries
-
     def listing(
         self,
         principal: Principal,
