@@ -174,6 +174,8 @@ def test_another_workspaces_change_renders_nothing_again(
     before = renders(runtime)
     assert listed(client, a, rw) == mine
     assert renders(runtime) == before
+    # A list held for one workspace is never served to another's token.
+    assert client.get(f"/v1/agents/{a['id']}/tools", headers=theirs).status_code == 404
 
 
 @pytest.fixture
