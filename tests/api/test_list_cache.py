@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from tests.api.test_agents import agent, tool
@@ -122,6 +123,30 @@ CHANGES: dict[str, Change] = {
     "agent's enablement removed": _unpin,
     "policy changed": _policy,
 }
+
+
+def test_a_cached_list_reads_the_agent_and_its_version_and_no_tool(
+    client: TestClient, runtime: Runtime, space: Space, rw: dict[str, str]
+) -> None:
+    a = agent(client, space, rw)
+    tool(client, space, rw, name="shared", enable_globally=True)
+    statements: list[str] = []
+
+    def seen(_conn: object, _cursor: object, sql: str, *_: object) -> None:
+        statements.append(" ".join(sql.split()))
+
+    def read() -> list[str]:
+        statements.clear()
+        sa.event.listen(runtime.database.engine, "before_cursor_execute", seen)
+        try:
+            listed(client, a, rw)
+        finally:
+            sa.event.remove(runtime.database.engine, "before_cursor_execute", seen)
+        return [s for s in statements if "FROM agents" in s or "FROM tools" in s]
+
+    assert any("FROM tools" in s for s in read())  # the first: read and rendered
+    again = read()
+    assert len(again) == 1 and "list_version" in again[0], again
 
 
 @pytest.mark.parametrize("change", CHANGES)
