@@ -8,7 +8,7 @@ import importlib
 import anyio
 import pytest
 
-from toolkiln.services.agents import LIST_CHANGING_EVENTS
+from toolkiln.domain.records import LIST_CHANGING_EVENTS
 from toolkiln.services.background import Supervisor
 
 
