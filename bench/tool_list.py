@@ -3,7 +3,7 @@ on SQLite and PostgreSQL.
 
 Run with `make bench-tool-list`. For each database it starts a real `toolkiln serve` (SQLite in
 a temporary data dir; PostgreSQL in a fresh database on TOOLKILN_BENCH_POSTGRES_URL, default
-the local server), creates BENCH_TOOLS tools (default 500) enabled for every agent and one
+the local server: bench/databases.py), creates BENCH_TOOLS tools (default 500) enabled for every agent and one
 agent, and measures over HTTP with one keep-alive connection (the client's JSON parse of the
 answer included):
 
@@ -18,20 +18,17 @@ the OpenAI-format list and the Python code-mode description. Not part of the tes
 from __future__ import annotations
 
 import os
-import secrets
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
-import psycopg
+import databases
 from client import Conn
-from invoke import TOKEN, free_port, pct, start_service, timed
+from service import TOKEN, free_port, pct, start_service, stop, timed, workspace
 
 N_TOOLS = int(os.environ.get("BENCH_TOOLS", "500"))
 N_SEQ = int(os.environ.get("BENCH_LIST_SEQ", "200"))
-PG_BASE = os.environ.get("TOOLKILN_BENCH_POSTGRES_URL", "postgresql://root@127.0.0.1:5432/test")
 CODE = "def main(**params):\n    return {'message': params['record_id']}\n"
 LISTS = {
     "tool list (openai)": "format=openai",
@@ -56,18 +53,6 @@ def tool(ws: str, i: int) -> dict[str, object]:
     }
 
 
-@contextmanager
-def postgres() -> Iterator[str]:
-    name = f"toolkiln_bench_lists_{secrets.token_hex(4)}"
-    with psycopg.connect(PG_BASE, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"postgresql+psycopg://{PG_BASE.split('://', 1)[1].rpartition('/')[0]}/{name}"
-    finally:
-        with psycopg.connect(PG_BASE, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
 def samples(c: Conn, path: str, n: int, before: Callable[[], None] | None = None) -> list[float]:
     out = []
     for _ in range(n):
@@ -79,7 +64,7 @@ def samples(c: Conn, path: str, n: int, before: Callable[[], None] | None = None
 
 def measure(port: int) -> dict[str, tuple[list[float], list[float]]]:
     c = Conn(port, TOKEN)
-    ws = c.call("GET", "/v1/workspaces")[1]["data"][0]["id"]
+    ws = workspace(c)
     for i in range(N_TOOLS):
         status, body = c.call("POST", "/v1/custom-tools", tool(ws, i))
         assert status == 201, body
@@ -106,15 +91,15 @@ def measure(port: int) -> dict[str, tuple[list[float], list[float]]]:
     return out
 
 
-def run(extra: dict[str, str]) -> dict[str, tuple[list[float], list[float]]]:
+def run(kind: str) -> dict[str, tuple[list[float], list[float]]]:
     with tempfile.TemporaryDirectory(prefix="toolkiln-bench-lists-") as tmp:
-        port = free_port()
-        proc = start_service(Path(tmp), port, extra)
-        try:
-            return measure(port)
-        finally:
-            proc.terminate()
-            proc.wait(timeout=10)
+        with databases.fresh(kind) as url:
+            port = free_port()
+            proc = start_service(Path(tmp), port, database_url=url)
+            try:
+                return measure(port)
+            finally:
+                stop(proc)
 
 
 def main() -> None:
@@ -123,9 +108,10 @@ def main() -> None:
         f"machine: {os.cpu_count()} cores, load average {load[0]:.2f}; "
         f"python {sys.version.split()[0]}; {N_TOOLS} tools enabled"
     )
-    found = {"SQLite": run({})}
-    with postgres() as url:
-        found["PostgreSQL"] = run({"TOOLKILN_DATABASE_URL": url})
+    kinds, missing = databases.kinds()
+    if missing:
+        print(f"PostgreSQL not measured: {missing}")
+    found = {databases.LABELS[kind]: run(kind) for kind in kinds}
     print(f"load average after: {os.getloadavg()[0]:.2f}")
     print()
     print("| p50 / p99 ms | " + " | ".join(f"{db} uncached | {db} cached" for db in found) + " |")
