@@ -99,7 +99,22 @@ def disable_tool(agent_id: str, tool_id: str, who: Writer, svc: Svc) -> Response
     return Response(status_code=204)
 
 
-@router.get("/{agent_id}/tools")
+# The list's body is sent as the service encoded it once (services/tool_lists.py); its shape,
+# for the OpenAPI document.
+TOOL_LIST = {
+    "type": "object",
+    "properties": {
+        "data": {"type": "array", "items": {"type": "object"}},
+        "next_cursor": {"type": "null"},
+    },
+    "required": ["data", "next_cursor"],
+}
+
+
+@router.get(
+    "/{agent_id}/tools",
+    responses={200: {"content": {"application/json": {"schema": TOOL_LIST}}}},
+)
 def agent_tools(
     agent_id: str,
     who: Reader,
