@@ -115,3 +115,17 @@ class RunLink(Protocol):
         """A ``ctx.audit`` row: None when it was kept, else why it cannot be stored (it is
         dropped, and the run's ``logs.stderr`` says so)."""
         ...
+
+
+def unavailable_runtime() -> dict[str, Any]:
+    """How a language no sandbox or runner offers is described (a fresh value each time)."""
+    return {
+        "available": False,
+        "ready": False,
+        "entrypoints": [],
+        "return_contract": "",
+        "ctx": [],
+        "limits": {},
+        "isolation": {},
+        "dependencies": [],
+    }

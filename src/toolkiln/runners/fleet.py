@@ -35,7 +35,7 @@ from typing import Any
 
 import grpc
 
-from toolkiln.domain.execution import RunLink, RunOutcome, RunRequest
+from toolkiln.domain.execution import RunLink, RunOutcome, RunRequest, unavailable_runtime
 from toolkiln.runners import wire
 from toolkiln.runners.client import NotStarted, RunnerClient, infra, start_of
 
@@ -43,17 +43,6 @@ log = logging.getLogger("toolkiln.runners")
 CHECK_S = 1.0
 RESOLVE_S = 10.0
 DESCRIBE_S = 1.0  # how long a runner's description is used before it is asked again
-# A runtime no runner has described yet (the shape services/system.py gives a missing one).
-UNAVAILABLE: dict[str, Any] = {
-    "available": False,
-    "ready": False,
-    "entrypoints": [],
-    "return_contract": "",
-    "ctx": [],
-    "limits": {},
-    "isolation": {},
-    "dependencies": [],
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,7 +287,7 @@ class Fleet:
                 return
         why = {"degraded": True, "reason": "no runner can take calls"}
         kept = self._described.get(language)
-        shown = {**kept[1], "ready": False} if kept is not None else dict(UNAVAILABLE)
+        shown = {**kept[1], "ready": False} if kept is not None else unavailable_runtime()
         self._described[language] = (now, {**shown, "pool": why})
 
     def prepare(self, language: str, imports: Sequence[str]) -> None:

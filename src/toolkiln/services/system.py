@@ -11,22 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from toolkiln.domain.execution import unavailable_runtime
+
 # Runner states in which a runner takes calls (runners/client.py).
 TAKING = ("serving", "degraded")
-
-
-def unavailable_runtime() -> dict[str, Any]:
-    """How a language no sandbox or runner offers is described (a fresh value each time)."""
-    return {
-        "available": False,
-        "ready": False,
-        "entrypoints": [],
-        "return_contract": "",
-        "ctx": [],
-        "limits": {},
-        "isolation": {},
-        "dependencies": [],
-    }
 
 
 class SystemService:
