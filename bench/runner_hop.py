@@ -5,7 +5,8 @@ alternating rounds, with the CPU each side spent per run.
 ``runners/client.py`` (this checkout's, another checkout's, or an edited copy) measured
 against runners of its own on a Unix socket and on loopback TCP (this checkout's
 ``runners/server.py``, with the given extra gRPC server options); with no argument, this
-checkout's client. ``BENCH_CTX`` ctx calls per run (default 0), ``BENCH_ROUNDS`` x
+checkout's client. ``BENCH_CTX`` ctx calls per run (default 0; with none, each run is
+also sent one way, ``RunOneWay``, to clients that know it), ``BENCH_ROUNDS`` x
 ``BENCH_PER_ROUND`` runs per shape. CPU per run (user + system, from /proc) is the figure to
 compare on a busy machine: it moves less with the machine's load than the times do. Not part
 of the test run.
@@ -13,10 +14,12 @@ of the test run.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
 import resource
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -42,6 +45,9 @@ def serve(listen: str, options: list[list[Any]]) -> None:
         def waiting(self) -> int:
             return 0
 
+        def at_once(self, workspace: str) -> bool:
+            return True
+
     class Sandbox:
         fair = Fair()
 
@@ -59,6 +65,9 @@ def serve(listen: str, options: list[list[Any]]) -> None:
             return object()
 
         def leave(self, share: str) -> None:
+            pass
+
+        def admitted(self) -> None:
             pass
 
     server.SERVER_OPTIONS = server.SERVER_OPTIONS + [(str(k), v) for k, v in options]
@@ -120,7 +129,8 @@ def main() -> None:
 
         def one(client: Any) -> float:
             began = time.perf_counter()
-            outcome = client.run(start, Link())
+            key = secrets.token_hex(8) if CTX == 0 else ""
+            outcome = client.run(dataclasses.replace(start, key=key), Link())
             assert outcome.kind == "return", outcome
             return (time.perf_counter() - began) * 1000
 

@@ -24,6 +24,7 @@ from tests.conftest import PG_URL
 from tests.model_server import ScriptedModel, propose
 from tests.reliability.harness import Serve, admin, fresh_postgres_database, wait_for
 from tests.runners.harness import Runner, cmdline, descendants, environ, open_files, tcp_peers
+from toolkiln.runners.client import RunnerClient
 
 TOKEN = "tk_topology-admin-" + secrets.token_hex(6)
 RUNNER_TOKEN = "runner-" + secrets.token_hex(16)
@@ -39,7 +40,9 @@ OUTER = (
     "    ctx.audit('nested', {'got': got.get('message')})\n"
     "    return {'message': 'outer saw ' + got['message']}\n"
 )
+# Given no ctx: run one way (runners/wire.py RunOneWay); the other on the stream.
 SLEEPY = "import time\ndef main(**p):\n    time.sleep(float(p.get('s', 20)))\n    return {'message': 'woke'}\n"
+SLEEPY_WITH_CTX = SLEEPY.replace("(**p)", "(*, ctx=None, **p)")
 
 
 @dataclass
@@ -236,19 +239,27 @@ def pair(tmp_path: Path) -> Iterator[tuple[Serve, list[Runner]]]:
         yield api, runners
 
 
-def _runs(api: Serve) -> dict[str, int]:
-    """Runs of ``api`` that started on each runner, as its /healthz says."""
-    body = httpx.get(f"{api.base}/healthz", timeout=5).json()
-    return {r["address"]: r["runs"] for r in body.get("runners") or []}
+def _runs(runners: list[Runner]) -> dict[str, int]:
+    """Runs admitted on each runner, as the runner says (a one-way run's start reaches the
+    API only with its outcome)."""
+    counts = {}
+    for runner in runners:
+        client = RunnerClient(runner.address, RUNNER_TOKEN)
+        try:
+            client.check()
+            counts[runner.address] = client.started
+        finally:
+            client.close()
+    return counts
 
 
-def _busy(api: Serve, runners: list[Runner], before: dict[str, int]) -> Runner:
-    """The runner the one call in flight runs on: the one whose start the API has heard of
-    since ``before`` (a runner counts a run in flight before it starts; one killed then
-    gives the run to another runner, by design)."""
+def _busy(runners: list[Runner], before: dict[str, int]) -> Runner:
+    """The runner the one call in flight runs on: the one that admitted a run since
+    ``before`` (a runner counts a run in flight before it starts; one killed then gives the
+    run to another runner, by design)."""
 
     def running() -> Runner | None:
-        now = _runs(api)
+        now = _runs(runners)
         for runner in runners:
             if now.get(runner.address, 0) > before.get(runner.address, 0):
                 return runner
@@ -270,17 +281,18 @@ def _in_background(http: httpx.Client, tool_id: str, payload: dict[str, Any]) ->
     return box
 
 
+@pytest.mark.parametrize("code", [SLEEPY, SLEEPY_WITH_CTX], ids=["one-way", "stream"])
 def test_a_runner_killed_mid_call_is_an_uncounted_infra_error(
-    pair: tuple[Serve, list[Runner]],
+    pair: tuple[Serve, list[Runner]], code: str
 ) -> None:
     api, runners = pair
     http = httpx.Client(base_url=api.base, headers=admin(TOKEN), timeout=60)
     ws = _workspace(http)
-    sleepy = _tool(http, ws, "sleepy", SLEEPY, timeout_ms=25000)
-    quick = _tool(http, ws, "quick", INNER)
-    before = _runs(api)
+    sleepy = _tool(http, ws, "sleepy-" + secrets.token_hex(3), code, timeout_ms=25000)
+    quick = _tool(http, ws, "quick-" + secrets.token_hex(3), INNER)
+    before = _runs(runners)
     box = _in_background(http, sleepy["id"], {"s": 20})
-    victim = _busy(api, runners, before)
+    victim = _busy(runners, before)
     victim.kill()
     box["thread"].join(30)
     result = box["result"]
@@ -301,9 +313,9 @@ def test_a_draining_runner_finishes_its_calls_and_takes_no_new_ones(
     ws = _workspace(http)
     sleepy = _tool(http, ws, "sleepy", SLEEPY, timeout_ms=25000)
     quick = _tool(http, ws, "quick", INNER)
-    before = _runs(api)
+    before = _runs(runners)
     box = _in_background(http, sleepy["id"], {"s": 3})
-    draining = _busy(api, runners, before)
+    draining = _busy(runners, before)
     draining.proc.send_signal(signal.SIGTERM)
     for n in range(5):  # while it drains, new calls are served (by the other runner)
         r = http.post(f"/v1/custom-tools/{quick['id']}/invoke", json={"input": {"n": n}})

@@ -34,6 +34,7 @@ FAILED = "could not be parsed: the code checker failed on it"
 # than this many of the process' threads (tests/runners/test_analyse.py).
 QUEUED = 4
 _WIRE_KEYS = {"problems", "entrypoint", "imports", "script"}
+_OPTIONAL_WIRE_KEYS = {"takes_ctx"}  # a checker of a release before it: True
 _PROBLEM_KEYS = {"field", "message", "line", "column"}
 
 
@@ -48,6 +49,11 @@ class Analysis:
     entrypoint: str = ""  # "main" or "handle" when there is no problem
     imports: tuple[str, ...] = ()
     script: str = ""  # JavaScript only
+    # False only when the checker found that the entrypoint is never given ``ctx`` and the
+    # code names nothing that could reach it (domain/code_check.py): its runs may go one way
+    # to a runner (runners/wire.py RunOneWay; a ctx call there anyway makes the runner give
+    # the run up and the API send it again on the stream).
+    takes_ctx: bool = True
     limit: Limit = ""  # set when the analysis did not finish: never cached, never stored
 
     @classmethod
@@ -61,6 +67,7 @@ class Analysis:
             "entrypoint": self.entrypoint,
             "imports": list(self.imports),
             "script": self.script,
+            "takes_ctx": self.takes_ctx,
         }
 
     @classmethod
@@ -69,8 +76,12 @@ class Analysis:
         its shape, its text (storable, within caps), and that it is consistent (problems or
         an entrypoint, never both; a script only for JavaScript that can run). Raises
         ValueError for anything else."""
-        if not isinstance(data, dict) or set(data) != _WIRE_KEYS:
+        keys = set(data) if isinstance(data, dict) else set()
+        if not _WIRE_KEYS <= keys <= _WIRE_KEYS | _OPTIONAL_WIRE_KEYS:
             raise ValueError("not an analysis")
+        takes_ctx = data.get("takes_ctx", True)
+        if type(takes_ctx) is not bool or (data["problems"] and not takes_ctx):
+            raise ValueError("takes_ctx is a boolean, False only for code that runs")
         problems = tuple(_problem(p, code) for p in _list(data["problems"], MAX_PROBLEMS))
         entry, script = data["entrypoint"], data["script"]
         if entry not in ("", *ENTRYPOINTS) or (entry == "") != bool(problems):
@@ -85,7 +96,7 @@ class Analysis:
         runs_script = language == "javascript" and not problems
         if bool(script) != runs_script or (problems and imports):
             raise ValueError("a script is the form of JavaScript that runs, and only that")
-        return cls(problems, entry, imports, script)
+        return cls(problems, entry, imports, script, takes_ctx)
 
 
 def script_cap(code: str) -> int:

@@ -74,7 +74,56 @@ def _analyse_python(code: str) -> Analysis:
             out.append(problem("code", "handle must take two parameters: (input, ctx)", fn.lineno))
     if out:
         return Analysis(tuple(out))
-    return Analysis(entrypoint=fn.name, imports=_python_imports(tree))
+    return Analysis(
+        entrypoint=fn.name, imports=_python_imports(tree), takes_ctx=_py_takes_ctx(tree, fn)
+    )
+
+
+# Names through which code could reach a ``ctx`` its entrypoint is not given (the frames of
+# the jail that calls it, ``main`` rebound to a function that declares it) or name it.
+_REACHES_CTX = frozenset(
+    {
+        "ctx", "globals", "locals", "vars", "exec", "eval", "compile", "getattr", "setattr",
+        "delattr", "__import__", "__dict__", "__globals__", "__builtins__", "__code__",
+        "__wrapped__", "__closure__", "__traceback__", "builtins", "sys", "inspect", "gc",
+        "traceback", "_getframe", "f_back", "f_locals", "f_globals", "tb_frame", "gi_frame",
+        "cr_frame", "ag_frame",
+    }
+)  # fmt: skip
+_BINDS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.MatchAs, ast.MatchStar)
+
+
+def _py_takes_ctx(tree: ast.Module, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """False only when the jail never gives the entrypoint ``ctx`` (``main`` without a
+    keyword-only ``ctx``, undecorated, bound by its ``def`` alone: jail/pyrunner.py
+    ``_call``) and no name or text of the code is one of ``_REACHES_CTX``. A rule for
+    speed, not safety: a one-way run that makes a ctx call anyway is given up and sent
+    again on the stream (runners/server.py ``OneWayLink``). Guarded by
+    tests/runners/test_one_way.py."""
+    if fn.name != "main" or fn.decorator_list or any(a.arg == "ctx" for a in fn.args.kwonlyargs):
+        return True
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            if node.id in _REACHES_CTX or (node.id == "main" and type(node.ctx) is not ast.Load):
+                return True
+        elif isinstance(node, ast.Attribute):
+            if node.attr in _REACHES_CTX:
+                return True
+        elif isinstance(node, ast.alias):
+            if "main" in (node.name, node.asname) or node.name.split(".")[0] in _REACHES_CTX:
+                return True
+        elif isinstance(node, ast.Global | ast.Nonlocal):
+            if "main" in node.names:
+                return True
+        elif isinstance(node, _BINDS) or isinstance(node, ast.ExceptHandler):
+            if node.name == "main" and node is not fn:
+                return True
+        elif isinstance(node, ast.Constant):
+            if isinstance(node.value, str) and "ctx" in node.value:
+                return True
+            if isinstance(node.value, bytes) and b"ctx" in node.value:
+                return True
+    return False
 
 
 def _out_of_memory() -> bool:

@@ -19,11 +19,18 @@ class Code:
     timeout_ms: int
     imports: tuple[str, ...] = ()
     script: str = ""
+    takes_ctx: bool = True
 
     @classmethod
     def analysed(cls, language: str, code: str, analysis: Analysis, timeout_ms: int) -> Code:
         return cls(
-            language, code, analysis.entrypoint, timeout_ms, analysis.imports, analysis.script
+            language,
+            code,
+            analysis.entrypoint,
+            timeout_ms,
+            analysis.imports,
+            analysis.script,
+            analysis.takes_ctx,
         )
 
 
@@ -72,6 +79,9 @@ class RunRequest:
     # JavaScript engine runs instead of ``code`` (exports stripped, imports as require).
     imports: tuple[str, ...] = ()
     script: str = ""
+    # The code can make no ctx call (its Analysis.takes_ctx is False): a runner may run it
+    # one way (runners/wire.py RunOneWay).
+    one_way: bool = False
 
 
 @dataclass(slots=True)

@@ -72,6 +72,16 @@ class FairShare:
                 self.held.pop(workspace, None)
             self._cond.notify_all()
 
+    def at_once(self, workspace: str) -> bool:
+        """Whether a call of ``workspace`` arriving now would take its turn without waiting
+        (nobody waits, a worker is free, the workspace is under its cap)."""
+        with self._cond:
+            return (
+                not self._queue
+                and self.busy < self.workers
+                and self.held.get(workspace, 0) < self.cap
+            )
+
     def waiting(self) -> int:
         with self._cond:
             return len(self._queue)

@@ -10,6 +10,7 @@ import bisect
 import dataclasses
 import json
 import queue
+import secrets
 import threading
 import time
 from dataclasses import dataclass, field
@@ -98,6 +99,7 @@ class RunnerClient:
     in_flight: int = 0  # as the runner last said
     waiting: int = 0
     analyses: int = 0  # code checks it made, as it last said
+    started: int = 0  # runs admitted on it (from every API process), as it last said
     mine: int = 0  # runs and analyses of this process on it now
     runs: int = 0  # runs of this process that started on it
     waited_s: float = 0.0  # their time from being sent to starting (the hop, the queue)
@@ -115,6 +117,10 @@ class RunnerClient:
             )
         same = wire.identity
         self._run = self.channel.stream_stream(wire.RUN, same, same)
+        self._run_one_way = self.channel.unary_unary(wire.RUN_ONE_WAY, same, same)
+        # One-way runs of this process on the runner by key, until their end is noted: a
+        # stream run's admission after one of them (Started.after) waits for that.
+        self._noting: dict[str, threading.Event] = {}
         self._describe = self.channel.unary_unary(wire.DESCRIBE, same, same)
         self._health = self.channel.unary_unary(wire.HEALTH, same, same)
         self._prepare = self.channel.unary_unary(wire.PREPARE, same, same)
@@ -141,6 +147,7 @@ class RunnerClient:
             self.in_flight = int(health["in_flight"])
             self.waiting = int(health["waiting"])
             self.analyses = int(health.get("analyses", 0))
+            self.started = int(health.get("started", 0))
             self.state = str(health["state"])
         except grpc.RpcError as exc:
             code = exc.code()
@@ -200,10 +207,13 @@ class RunnerClient:
             "rpc.method": "Run",
             "server.address": self.address,
         }
+        begun = time.monotonic()
         with tracing.span("runner.run", attributes, SpanKind.CLIENT) as span:
             if span.is_recording():
                 start = dataclasses.replace(start, traceparent=tracing.traceparent())
-            outcome = self._hop(start, link)
+            outcome = self._one_way(start, link) if start.key else None
+            if outcome is None:  # on the stream, which asks for admission again
+                outcome = self._hop(_again(start, begun), link)
             if span.is_recording():
                 span.set_attribute("toolkiln.run.outcome", outcome.kind)
             return outcome
@@ -258,6 +268,7 @@ class RunnerClient:
                         self.waited_s += waited
                         self.waits[bisect.bisect_left(WAIT_BUCKETS, waited)] += 1
                     if message.ask:
+                        self._noted(message.after, ends)
                         ran = bool(link.admit())
                         answers.send(wire.Admit(ran))
                 elif isinstance(message, wire.Ended):
@@ -289,6 +300,81 @@ class RunnerClient:
             with self._lock:
                 self.mine -= 1
 
+    def _one_way(self, start: wire.Start, link: RunLink) -> RunOutcome | None:
+        """The run as one unary call (wire.py ``RunOneWay``); None if the runner declined it
+        before it ran, or gave it up when its code made a ctx call (nothing of it seen),
+        or knows no ``RunOneWay``: then it goes on the stream. ``NotStarted`` and ``infra``
+        as on the stream: the runner's initial metadata says whether the run started."""
+        begun = time.perf_counter()
+        noted = threading.Event()
+        self._noting[start.key] = noted
+        with self._lock:
+            self.mine += 1
+        try:
+            try:
+                raw, call = self._run_one_way.with_call(
+                    wire.encode(start),
+                    timeout=start.timeout_ms / 1000 + DEADLINE_MARGIN_S,
+                    metadata=self.metadata,
+                )
+            except grpc.RpcError as exc:
+                code = exc.code()
+                if _started(exc):
+                    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+                        return infra("The runner did not answer within the run's time.", begun)
+                    return infra("The runner went away during the run.", begun)
+                if code == grpc.StatusCode.UNIMPLEMENTED:
+                    return None  # a runner of a release before RunOneWay
+                if code in NOT_STARTED:
+                    if code == grpc.StatusCode.UNAUTHENTICATED:
+                        self.state = "refused"
+                    raise NotStarted(str(code)) from None
+                return infra("The runner went away during the run.", begun)
+            try:
+                if len(raw) > wire.FROM_RUNNER_BYTES:
+                    raise wire.WireError("a message over its cap")
+                message = wire.decode(raw, wire.Done, wire.Declined)
+            except wire.WireError as exc:
+                return infra(f"The runner sent a message outside the protocol ({exc}).", begun)
+            if isinstance(message, wire.Declined):
+                return None
+            started = _started(call)
+            if started:  # at once, or it was declined: it never waited for a process
+                with self._lock:
+                    self.runs += 1
+                    self.waits[0] += 1
+            _ended(link, not started)
+            outcome: RunOutcome = message.outcome()
+            return outcome
+        finally:
+            noted.set()
+            self._noting.pop(start.key, None)
+            with self._lock:
+                self.mine -= 1
+
+    def _noted(self, keys: list[str], ends: float) -> None:
+        """Until the ends of these one-way runs of this process are noted (within the run's
+        time); keys of other processes' runs, or already noted, wait for nothing."""
+        for key in keys:
+            noted = self._noting.get(key)
+            if noted is not None:
+                noted.wait(max(0.0, ends - time.monotonic()))
+
+
+def _started(call: Any) -> bool:
+    """Whether the runner said a one-way run started (its initial metadata)."""
+    return any(key == wire.STARTED_KEY for key, _ in call.initial_metadata() or ())
+
+
+def _again(start: wire.Start, begun: float) -> wire.Start:
+    """A run sent again on the stream after ``RunOneWay`` did not run it: its admission
+    asked again when it starts, its time what is left of it."""
+    if not start.key:
+        return start
+    used_ms = int((time.monotonic() - begun) * 1000)
+    left_ms = start.timeout_ms if start.left_ms is None else start.left_ms
+    return dataclasses.replace(start, key="", admitted=False, left_ms=max(0, left_ms - used_ms))
+
 
 def _ended(link: RunLink, already: bool) -> bool:
     """``link.ended()`` once per run (RunLink.ended is optional)."""
@@ -317,4 +403,5 @@ def start_of(req: RunRequest, share: str, admitted: bool) -> wire.Start:
         admitted,
         list(req.imports),
         req.script,
+        key=secrets.token_hex(8) if req.one_way else "",
     )

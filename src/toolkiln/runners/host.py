@@ -32,6 +32,7 @@ class RunnerHost:
         self.in_flight = 0
         self.analysing = 0  # analyses under way
         self.analyses = 0  # analyses made
+        self.started = 0  # runs admitted here (a run killed after this was under way)
         # Every run of one call names the same share: the root run's cgroup slot and the
         # call's audit quota are shared with the runs nested under it (sandbox/shares.py),
         # and with its later runs (a generation's examples, one after another), as the API's
@@ -55,6 +56,11 @@ class RunnerHost:
                 self._idle -= 1
             self._shares[share] = (held, count + 1)
             return held
+
+    def admitted(self) -> None:
+        """A run was admitted: its process has its code next."""
+        with self._cond:
+            self.started += 1
 
     def leave(self, share: str) -> None:
         with self._cond:
@@ -113,6 +119,7 @@ class RunnerHost:
             "in_flight": self.in_flight,
             "waiting": sum(load["waiting"] for load in languages.values()),
             "analyses": self.analyses,
+            "started": self.started,
             "languages": languages,
         }
 

@@ -18,13 +18,13 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import grpc
 from opentelemetry.trace import SpanKind
 
 from toolkiln.domain.errors import ServiceUnavailable, TooManyRequests
-from toolkiln.domain.execution import RunOutcome, RunRequest
+from toolkiln.domain.execution import ResourceShare, RunOutcome, RunRequest
 from toolkiln.runners import wire
 from toolkiln.runners.host import RunnerHost
 from toolkiln.sandbox.jail import protocol
@@ -53,7 +53,69 @@ class LinkLost(Exception):
     """The API's side of the stream ended before the run did."""
 
 
-class StreamLink:
+class _Link:
+    """What the links of both kinds of run share: the run's arrival, its process, which a
+    cancelled call kills."""
+
+    def __init__(self, start: wire.Start, admitted: Callable[[], None]) -> None:
+        self._start = start
+        self._admitted = admitted  # RunnerHost.admitted
+        self._arrived = time.monotonic()
+        self._arrived_ns = time.time_ns()
+        # What this run's ctx calls tell the API to put their spans under: the runner's span
+        # of the run when this runner traces, else the API's own (Start.traceparent).
+        self.traceparent = start.traceparent
+        self._kill: Callable[[], None] | None = None
+        self._kill_lock = threading.Lock()
+        self._cancelled = False
+
+    def _fresh(self) -> bool:
+        """Whether the run's process was ready soon enough to keep the API's admission."""
+        if tracing.on():  # from its arrival until a process was ready for it
+            tracing.started("sandbox.wait", self._arrived_ns, time.time_ns())
+        return self._start.admitted and time.monotonic() - self._arrived <= ADMIT_FRESH_S
+
+    def started(self, kill: Callable[[], None] | None) -> None:
+        """The run's process, which a cancelled call kills; None once it is handed back."""
+        with self._kill_lock:
+            self._kill = kill
+            if kill is not None and self._cancelled:
+                kill()
+
+    def cancel(self) -> None:
+        """The call ended (the API cancelled, went away, or its deadline passed)."""
+        with self._kill_lock:
+            self._cancelled = True
+            if self._kill is not None:
+                self._kill()
+
+
+class Waiters:
+    """The stream runs of one runner not admitted yet, by language: a one-way run that ends
+    while calls wait for its place names itself in theirs (``Started.after``)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._links: dict[str, set[StreamLink]] = {}
+
+    def add(self, language: str, link: StreamLink) -> None:
+        with self._lock:
+            self._links.setdefault(language, set()).add(link)
+
+    def take(self, language: str, link: StreamLink) -> list[str]:
+        """``link`` waits no more: the one-way runs that ended while it waited."""
+        with self._lock:
+            self._links.get(language, set()).discard(link)
+            after, link.after = link.after, []
+            return after
+
+    def ended(self, language: str, key: str) -> None:
+        with self._lock:
+            for link in self._links.get(language, ()):
+                link.after.append(key)
+
+
+class StreamLink(_Link):
     """One run's ``RunLink`` on the runner: each ctx call, audit row and admission goes to
     the API on the run's stream and waits for its answer there."""
 
@@ -63,21 +125,18 @@ class StreamLink:
         answers: Iterator[bytes],
         out: queue.SimpleQueue[bytes | None],
         waiting: Callable[[], int],
+        waiters: Waiters,
+        admitted: Callable[[], None],
     ) -> None:
-        self._start = start
+        super().__init__(start, admitted)
         self._answers = answers
         self._out = out
         self._waiting = waiting
-        self._arrived = time.monotonic()
-        self._arrived_ns = time.time_ns()
-        # What this run's ctx calls tell the API to put their spans under: the runner's span
-        # of the run when this runner traces, else the API's own (Start.traceparent).
-        self.traceparent = start.traceparent
+        self._waiters = waiters
+        self.after: list[str] = []  # guarded by the waiters' lock
         self._ids = 0
         self._lost = False
-        self._kill: Callable[[], None] | None = None
-        self._kill_lock = threading.Lock()
-        self._cancelled = False
+        waiters.add(start.language, self)
 
     def _send(self, message: wire.Message) -> None:
         self._out.put(wire.encode(message))
@@ -99,12 +158,17 @@ class StreamLink:
         raise LinkLost()
 
     def admit(self) -> bool:
-        fresh = time.monotonic() - self._arrived <= ADMIT_FRESH_S
-        if tracing.on():  # from its arrival until a process was ready for it
-            tracing.started("sandbox.wait", self._arrived_ns, time.time_ns())
-        ask = not (self._start.admitted and fresh)
-        self._send(wire.Started(ask=ask))
-        return bool(self._next(wire.Admit).ok) if ask else True
+        ask = not self._fresh()
+        after = self._waiters.take(self._start.language, self)
+        self._send(wire.Started(ask, after if ask else []))
+        if ask and not self._next(wire.Admit).ok:
+            return False
+        self._admitted()
+        return True
+
+    def gone(self) -> None:
+        """The run is over (or never got a process)."""
+        self._waiters.take(self._start.language, self)
 
     def call(self, name: str, payload: Any) -> Any:
         self._ids += 1
@@ -139,19 +203,53 @@ class StreamLink:
         except LinkLost:
             return
 
-    def started(self, kill: Callable[[], None] | None) -> None:
-        """The run's process, which a cancelled call kills; None once it is handed back."""
-        with self._kill_lock:
-            self._kill = kill
-            if kill is not None and self._cancelled:
-                kill()
 
-    def cancel(self) -> None:
-        """The stream ended (the API cancelled, went away, or its deadline passed)."""
-        with self._kill_lock:
-            self._cancelled = True
-            if self._kill is not None:
-                self._kill()
+class OneWayCtx(Exception):
+    """A one-way run's code made a ctx call: the run is given up, nothing of it kept."""
+
+
+class OneWayLink(_Link):
+    """The link of a one-way run (``RunOneWay``): nothing goes back to the API before the
+    outcome. It keeps the API's admission only when a process was ready at once (else the
+    run is declined and sent again on the stream, which asks), and a ctx call or audit row
+    (code the API judged to take no ctx reaching it anyway) gives the run up: the tool's
+    only way out of its process is ctx, so nothing of it was seen, and the API runs it
+    again on the stream."""
+
+    def __init__(
+        self,
+        start: wire.Start,
+        context: grpc.ServicerContext,
+        waiting: Callable[[], int],
+        waiters: Waiters,
+        admitted: Callable[[], None],
+    ) -> None:
+        super().__init__(start, admitted)
+        self._context = context
+        self._waiting = waiting
+        self._waiters = waiters
+        self.declined = ""
+
+    def admit(self) -> bool:
+        if not self._fresh():
+            self.declined = "wait"
+            return False
+        self._context.send_initial_metadata(((wire.STARTED_KEY, "1"),))
+        self._admitted()
+        return True
+
+    def call(self, name: str, payload: Any) -> Any:
+        self.declined = "ctx"
+        raise OneWayCtx()
+
+    def audit(self, event: str, data: Any) -> str | None:
+        self.declined = "ctx"
+        raise OneWayCtx()
+
+    def ended(self) -> None:
+        """Calls wait for this run's place: each names it when it asks for admission."""
+        if self._waiting():
+            self._waiters.ended(self._start.language, self._start.key)
 
 
 @dataclass
@@ -160,22 +258,32 @@ class RunnerService:
 
     def __post_init__(self) -> None:
         self._runs = ThreadPoolExecutor(MAX_RUNS, thread_name_prefix="toolkiln-run")
+        self._waiters = Waiters()
+        self._closing = False
 
-    def run(self, answers: Iterator[bytes], context: grpc.ServicerContext) -> Iterator[bytes]:
+    def _begin(
+        self, raw: bytes | None, context: grpc.ServicerContext
+    ) -> tuple[wire.Start, Any, ResourceShare]:
+        """The run's ``Start``, its sandbox, and its share held (``_run`` leaves it, or the
+        caller if it never runs); aborts the call if it cannot be taken."""
         try:
-            start = wire.decode(next(answers), wire.Start)
-        except (StopIteration, wire.WireError) as exc:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"no run request: {exc}")
+            if raw is None:
+                raise wire.WireError("the stream ended")
+            start: wire.Start = wire.decode(raw, wire.Start)
+        except wire.WireError as exc:
+            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"no run request: {exc}")
         sandbox = self.host.sandboxes.get(start.language)
         if sandbox is None:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "no such runtime")
-            return
-        out: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
-        link = StreamLink(start, answers, out, sandbox.fair.waiting)
-        context.add_callback(link.cancel)
-        share = self.host.enter(start.share)
-        if share is None:  # draining: never started, so the API places it elsewhere
-            context.abort(grpc.StatusCode.UNAVAILABLE, "the runner is draining")
+            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "no such runtime")
+        share = None if self._closing else self.host.enter(start.share)
+        if share is None:  # draining or stopping: never started, so placed elsewhere
+            _abort(context, grpc.StatusCode.UNAVAILABLE, "the runner is draining")
+        return start, sandbox, share
+
+    def _run(
+        self, start: wire.Start, sandbox: Any, share: ResourceShare, link: _Link
+    ) -> RunOutcome:
+        """The run in its sandbox, on this thread; then the share ``_begin`` held is left."""
         not_after = None
         if start.left_ms is not None:
             not_after = time.monotonic() + start.left_ms / 1000
@@ -193,31 +301,62 @@ class RunnerService:
             imports=tuple(start.imports),
             script=start.script,
         )
+        try:
+            return traced(start, lambda: sandbox.run(req, link), link)
+        finally:
+            self.host.leave(start.share)  # held by the run, not by its stream
+
+    def run(self, answers: Iterator[bytes], context: grpc.ServicerContext) -> Iterator[bytes]:
+        start, sandbox, share = self._begin(next(answers, None), context)
+        out: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        link = StreamLink(
+            start, answers, out, sandbox.fair.waiting, self._waiters, self.host.admitted
+        )
+        context.add_callback(link.cancel)
 
         def work() -> None:
             try:
-                outcome = traced(start, lambda: sandbox.run(req, link), link)
+                outcome = self._run(start, sandbox, share, link)
             except LinkLost:
                 outcome = RunOutcome("infra", message="The API went away during the run.")
             except Exception:
                 log.exception("a run failed on the runner")
                 outcome = RunOutcome("infra", message="The runner failed.")
             finally:
-                self.host.leave(start.share)  # held by the run, not by its stream
-            try:
-                done = wire.encode(wire.Done.of(outcome))
-            except wire.WireError:
-                done = wire.encode(wire.Done("infra", message="The outcome is not JSON."))
-            out.put(done)
+                link.gone()
+            out.put(done_of(outcome))
             out.put(None)
 
         try:
             self._runs.submit(work)
         except RuntimeError:  # closing
             self.host.leave(start.share)
+            link.gone()
             context.abort(grpc.StatusCode.UNAVAILABLE, "the runner is stopping")
         while (message := out.get()) is not None:
             yield message
+
+    def run_one_way(self, request: bytes, context: grpc.ServicerContext) -> bytes:
+        """A run of code that makes no ctx call, on this thread, its outcome the answer
+        (wire.py says when it is ``Declined``)."""
+        start, sandbox, share = self._begin(request, context)
+        if not start.key or not sandbox.fair.at_once(start.workspace_id):
+            # It would wait for a place: asked for admission then, which only a stream can.
+            self.host.leave(start.share)
+            return wire.encode(wire.Declined("wait"))
+        link = OneWayLink(start, context, sandbox.fair.waiting, self._waiters, self.host.admitted)
+        context.add_callback(link.cancel)
+        try:
+            outcome = self._run(start, sandbox, share, link)
+        except OneWayCtx:
+            outcome = None
+        except Exception:
+            log.exception("a run failed on the runner")
+            outcome = RunOutcome("infra", message="The runner failed.")
+        if link.declined:
+            return wire.encode(wire.Declined(link.declined))
+        assert outcome is not None
+        return done_of(outcome)
 
     def describe(self, request: bytes, context: grpc.ServicerContext) -> bytes:
         return json.dumps({n: s.describe() for n, s in self.host.sandboxes.items()}).encode()
@@ -254,10 +393,23 @@ class RunnerService:
         return wire.encode(wire.Analysed.of(analysis))
 
     def close(self) -> None:
+        self._closing = True
         self._runs.shutdown(wait=False, cancel_futures=True)
 
 
-def traced(start: wire.Start, run: Callable[[], RunOutcome], link: StreamLink) -> RunOutcome:
+def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, why: str) -> NoReturn:
+    context.abort(code, why)
+    raise AssertionError("ServicerContext.abort raises")
+
+
+def done_of(outcome: RunOutcome) -> bytes:
+    try:
+        return wire.encode(wire.Done.of(outcome))
+    except wire.WireError:
+        return wire.encode(wire.Done("infra", message="The outcome is not JSON."))
+
+
+def traced(start: wire.Start, run: Callable[[], RunOutcome], link: _Link) -> RunOutcome:
     """``run()`` under a span of this runner's (when it traces) below the API's span of the
     run, named by the traceparent the API sent."""
     if not tracing.on():
@@ -301,6 +453,7 @@ def handlers(service: RunnerService) -> grpc.GenericRpcHandler:
         wire.SERVICE,
         {
             "Run": grpc.stream_stream_rpc_method_handler(service.run, same, same),
+            "RunOneWay": grpc.unary_unary_rpc_method_handler(service.run_one_way, same, same),
             "Describe": grpc.unary_unary_rpc_method_handler(service.describe, same, same),
             "Health": grpc.unary_unary_rpc_method_handler(service.health, same, same),
             "Prepare": grpc.unary_unary_rpc_method_handler(service.prepare, same, same),

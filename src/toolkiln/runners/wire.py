@@ -15,6 +15,14 @@ evidence from a process that runs tool code: it is read with caps, its types che
 text repaired (a lone surrogate), and anything outside these rules ends the run as
 ``infra`` (the runner's failure, never counted against the tool).
 
+``RunOneWay`` is unary, for code that can make no ctx call (``Start.key`` names the run):
+the runner sends ``STARTED_KEY`` as initial metadata once the run is admitted and answers
+``Done``; or ``Declined`` (nothing of the run is left) when it would have had to ask for
+admission again (it waited for a process) or the code made a ctx call after all: the API
+then sends the run on the stream. A one-way run that ended while calls waited for its place
+is named in the ``Started.after`` of those calls, so their admission waits until the API
+has noted its end (what ``Ended`` does on the stream).
+
 ``Analyse`` is unary: the API sends one text of tool code, the runner's code checkers answer
 ``Analysed`` (sandbox/checks.py). Its answer is evidence too: read under the same rules,
 then checked as an answer of a checker is (``domain/analysis.Analysis.from_wire``).
@@ -31,6 +39,10 @@ from toolkiln.sandbox.jail import protocol
 
 SERVICE = "toolkiln.runner.v1.Runner"
 RUN = f"/{SERVICE}/Run"
+RUN_ONE_WAY = f"/{SERVICE}/RunOneWay"
+# The runner's initial metadata on a one-way run, sent once the run is admitted there: a
+# failure after it is the run's (infra), one before it means the run never started.
+STARTED_KEY = "x-toolkiln-started"
 DESCRIBE = f"/{SERVICE}/Describe"
 HEALTH = f"/{SERVICE}/Health"
 PREPARE = f"/{SERVICE}/Prepare"
@@ -86,6 +98,9 @@ class Start:
     # The W3C traceparent of the API's span of this run, when the API traces: the runner's
     # own spans go under it, and its ctx calls carry one back (``Call.traceparent``).
     traceparent: str = ""
+    # A one-way run's name (RunOneWay), unique in the API process that sent it; "" on the
+    # stream.
+    key: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +150,17 @@ class Analyse:
 @dataclass(frozen=True, slots=True)
 class Started:
     ask: bool  # the call waited for a process: the API decides again whether it runs
+    # With ``ask``: the one-way runs (``Start.key``) that ended while this run waited for a
+    # place, whose ends the API notes before it decides.
+    after: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Declined:
+    """A one-way run that did not run to its end and left nothing: ``why`` "wait" (it
+    would have had to ask for admission again) or "ctx" (its code made a ctx call)."""
+
+    why: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,6 +246,7 @@ class Analysed:
     entrypoint: str = ""
     imports: list[str] = field(default_factory=list)
     script: str = ""
+    takes_ctx: bool = True
 
     @classmethod
     def of(cls, analysis: Analysis) -> Analysed:
@@ -231,6 +258,7 @@ class Analysed:
             wired["entrypoint"],
             wired["imports"],
             wired["script"],
+            wired["takes_ctx"],
         )
 
     def analysis(self) -> dict[str, Any]:
@@ -240,6 +268,7 @@ class Analysed:
             "entrypoint": self.entrypoint,
             "imports": self.imports,
             "script": self.script,
+            "takes_ctx": self.takes_ctx,
         }
 
 
@@ -252,6 +281,7 @@ Message = (
     | Prepare
     | Analyse
     | Started
+    | Declined
     | Call
     | AuditRow
     | Ended
@@ -267,6 +297,7 @@ OPS: dict[str, type[Any]] = {
     "prepare": Prepare,
     "analyse": Analyse,
     "started": Started,
+    "declined": Declined,
     "call": Call,
     "audit": AuditRow,
     "ended": Ended,
@@ -302,6 +333,9 @@ for _kind in OPS.values():
     _SPEC[_kind] = {f.name: _ANNOTATIONS[str(f.type)] for f in fields(_kind)}
 
 
+_UNSENT_EMPTY = ("traceparent", "key", "after")
+
+
 def encode(message: Message) -> bytes:
     """One message as UTF-8 JSON. Lone surrogates in its text are replaced (U+FFFD); a
     value JSON cannot spell (a number past a float's range, read from the jail as
@@ -312,9 +346,10 @@ def encode(message: Message) -> bytes:
     body = {"op": _OP_OF[kind]}
     for name in _SPEC[kind]:
         body[name] = getattr(message, name)
-    if body.get("traceparent") == "":
-        # Not traced: the message is as a runner without traces knows it.
-        del body["traceparent"]
+    for name in _UNSENT_EMPTY:
+        if name in body and not body[name]:
+            # Not traced, not one-way, nothing to wait for: as a peer without them knows it.
+            del body[name]
     try:
         return protocol.encode(body, repair=True)[protocol.HEADER.size :]
     except (ValueError, TypeError, RecursionError) as exc:

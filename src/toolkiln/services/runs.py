@@ -159,6 +159,7 @@ class Runs:
             not_after=origin.deadline if origin.parent_call_id is not None else None,
             imports=code.imports,
             script=code.script,
+            one_way=not code.takes_ctx,
         )
         attributes = {"toolkiln.language": code.language, "toolkiln.timeout_ms": timeout_ms}
         with tracing.span(f"run {code.language}", attributes) as span:
