@@ -305,3 +305,40 @@ def test_one_call_id_sent_at_once_is_a_duplicate_for_all_but_one(
     refused = [r.json()["error"] for r in answers if r.status_code == 409]
     assert [e["code"] for e in refused] == ["duplicate_tool_call_id"] * 2, refused
     assert get_tool(client, tool, rw)["usage_count"] == 1
+
+
+# Its entrypoint is given no ctx, and it names nothing the analysis reads as a way to it
+# (domain/code_check.py _py_takes_ctx): it is sent one way (runners/wire.py RunOneWay),
+# and reaches the ctx of the jail's frame anyway.
+REACHES_CTX = """
+def main(**p):
+    get = object.__getattribute__
+    try:
+        raise ValueError()
+    except ValueError as e:
+        frame = get(get(e, "__trace" + "back__"), "tb_" + "frame")
+    while frame is not None:
+        found = get(frame, "f_" + "locals").get("c" + "tx")
+        if found is not None:
+            return {"message": str(found.tools.calculate({"expression": "6*7"}))}
+        frame = get(frame, "f_" + "back")
+    return {"message": "none"}
+"""
+
+
+def test_a_tool_given_no_ctx_that_reaches_it_anyway_is_answered_once(
+    client: TestClient, space: Space, rw
+) -> None:
+    """The runner gives the one-way run up at its ctx call (nothing of it left its process)
+    and the API runs it again on the stream: one answer, one count, one row of the call.
+    (A first call of a text waits for its compile, so it goes on the stream: the second
+    is sent one way. The runner's side alone: tests/runners/test_one_way.py.)"""
+    tool = make(client, space, rw, REACHES_CTX)
+    for n in (1, 2):
+        res = invoke(client, tool, rw)
+        assert res["status"] == "ok" and "42" in res["message"], res
+        assert res["ctx_calls"] == 1
+        assert get_tool(client, tool, rw)["usage_count"] == n
+        stored = client.get(f"/v1/tool-calls/{res['tool_call_id']}", headers=rw).json()["data"]
+        events = [a["event"] for a in stored["audit"]]
+        assert events.count("tool.invoked") == 1 and len(events) == 2, events

@@ -225,7 +225,53 @@ def _analyse_javascript(code: str) -> Analysis:
         module = _text(node)[1:-1]
         if module and module not in names and len(module) <= 256:
             names.append(module)
-    return Analysis(entrypoint=name, imports=tuple(names), script=script)
+    return Analysis(
+        entrypoint=name,
+        imports=tuple(names),
+        script=script,
+        takes_ctx=_js_takes_ctx(root, name, fn),
+    )
+
+
+# Names through which JavaScript could reach the ``ctx`` the jail passes to every entry point
+# as its second argument (jail/js/entry.js) without declaring a second parameter.
+_JS_REACHES_CTX = frozenset(
+    {"ctx", "arguments", "eval", "Function", "caller", "callee", "globalThis", "this"}
+)
+_JS_NAMES = {
+    "identifier",
+    "property_identifier",
+    "shorthand_property_identifier",
+    "shorthand_property_identifier_pattern",
+    "this",
+}
+
+
+def _js_takes_ctx(root: Node, name: str, fn: Node) -> bool:
+    """False only for a ``main`` with at most one parameter (no rest parameter), named
+    ``main`` once in the code (its declaration), where no name is one of
+    ``_JS_REACHES_CTX`` and no string holds "ctx". A rule for speed, as in Python
+    (``_py_takes_ctx``). Guarded by tests/runners/test_one_way.py."""
+    if name != "main":
+        return True
+    params = fn.child_by_field_name("parameters")
+    if params is not None:
+        declared = params.named_children
+        if len(declared) > 1 or any(p.type == "rest_pattern" for p in declared):
+            return True
+    mains = 0
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.type in _JS_NAMES:
+            text = _text(node)
+            if text in _JS_REACHES_CTX or node.type == "this":
+                return True
+            mains += text == "main"
+        elif node.type in {"string", "template_string"} and "ctx" in _text(node):
+            return True
+        stack.extend(node.children)
+    return mains != 1
 
 
 def _js_entry_nodes(root: Node) -> dict[str, Node]:
