@@ -136,6 +136,21 @@ def test_a_one_way_run_whose_code_calls_ctx_is_run_again_on_the_stream(
     assert log == ["a admitted", "a ended"]
 
 
+def test_a_one_way_run_whose_process_was_late_is_admitted_again_before_each_later_try(
+    runner: tuple[Sandbox, Host, RunnerClient], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process ready only after the window (here: always) voids the API's admission: the
+    API admits the run again and sends it one way once more, then on the stream, which
+    asks."""
+    monkeypatch.setattr(server_module, "ADMIT_FRESH_S", 0.0)
+    sandbox, host, client = runner
+    log: list[str] = []
+    outcome = client.run(start_of(request(True), "s", True), Link("a", log))
+    assert outcome.kind == "return"
+    assert sandbox.links == ["OneWayLink", "OneWayLink", "StreamLink"]
+    assert log == ["a admitted", "a admitted", "a ended"] and host.started == 1
+
+
 def test_a_one_way_run_that_would_wait_goes_on_the_stream_and_is_admitted_after_the_run_before(
     runner: tuple[Sandbox, Host, RunnerClient],
 ) -> None:

@@ -212,7 +212,14 @@ class RunnerClient:
             if span.is_recording():
                 start = dataclasses.replace(start, traceparent=tracing.traceparent())
             outcome = self._one_way(start, link) if start.key else None
-            if outcome is None:  # on the stream, which asks for admission again
+            if isinstance(outcome, wire.Declined) and outcome.why == "wait":
+                # Its process was not ready at once: admitted again here, then sent once
+                # more (a place is free, or the runner says busy and it goes on the stream).
+                if not link.admit():
+                    return RunOutcome("not_admitted")
+                start = dataclasses.replace(start, key=secrets.token_hex(8))
+                outcome = self._one_way(start, link)
+            if not isinstance(outcome, RunOutcome):  # on the stream, which asks again
                 outcome = self._hop(_again(start, begun), link)
             if span.is_recording():
                 span.set_attribute("toolkiln.run.outcome", outcome.kind)
@@ -300,11 +307,11 @@ class RunnerClient:
             with self._lock:
                 self.mine -= 1
 
-    def _one_way(self, start: wire.Start, link: RunLink) -> RunOutcome | None:
-        """The run as one unary call (wire.py ``RunOneWay``); None if the runner declined it
-        before it ran, or gave it up when its code made a ctx call (nothing of it seen),
-        or knows no ``RunOneWay``: then it goes on the stream. ``NotStarted`` and ``infra``
-        as on the stream: the runner's initial metadata says whether the run started."""
+    def _one_way(self, start: wire.Start, link: RunLink) -> RunOutcome | wire.Declined | None:
+        """The run as one unary call (wire.py ``RunOneWay``); ``Declined`` if the runner did
+        not run it (it would have waited, or its code made a ctx call: nothing of it was
+        seen), None if the runner knows no ``RunOneWay``. ``NotStarted`` and ``infra`` as
+        on the stream: the runner's initial metadata says whether the run started."""
         begun = time.perf_counter()
         noted = threading.Event()
         self._noting[start.key] = noted
@@ -337,7 +344,7 @@ class RunnerClient:
             except wire.WireError as exc:
                 return infra(f"The runner sent a message outside the protocol ({exc}).", begun)
             if isinstance(message, wire.Declined):
-                return None
+                return message
             started = _started(call)
             if started:  # at once, or it was declined: it never waited for a process
                 with self._lock:

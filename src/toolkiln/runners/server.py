@@ -343,7 +343,7 @@ class RunnerService:
         if not start.key or not sandbox.fair.at_once(start.workspace_id):
             # It would wait for a place: asked for admission then, which only a stream can.
             self.host.leave(start.share)
-            return wire.encode(wire.Declined("wait"))
+            return wire.encode(wire.Declined("busy"))
         link = OneWayLink(start, context, sandbox.fair.waiting, self._waiters, self.host.admitted)
         context.add_callback(link.cancel)
         try:

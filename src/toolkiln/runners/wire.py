@@ -17,9 +17,10 @@ text repaired (a lone surrogate), and anything outside these rules ends the run 
 
 ``RunOneWay`` is unary, for code that can make no ctx call (``Start.key`` names the run):
 the runner sends ``STARTED_KEY`` as initial metadata once the run is admitted and answers
-``Done``; or ``Declined`` (nothing of the run is left) when it would have had to ask for
-admission again (it waited for a process) or the code made a ctx call after all: the API
-then sends the run on the stream. A one-way run that ended while calls waited for its place
+``Done``; or ``Declined`` (nothing of the run is left) when it would have had to wait or
+ask for admission again, or the code made a ctx call after all: the API then sends the run
+on the stream (or, when only its process was late, admits it again and sends it one way
+once more). A one-way run that ended while calls waited for its place
 is named in the ``Started.after`` of those calls, so their admission waits until the API
 has noted its end (what ``Ended`` does on the stream).
 
@@ -157,8 +158,10 @@ class Started:
 
 @dataclass(frozen=True, slots=True)
 class Declined:
-    """A one-way run that did not run to its end and left nothing: ``why`` "wait" (it
-    would have had to ask for admission again) or "ctx" (its code made a ctx call)."""
+    """A one-way run that did not run to its end and left nothing: ``why`` "busy" (no
+    place was free: it would have waited in the queue), "wait" (its process was not ready
+    at once: it would have had to ask for admission again; the API may admit it again and
+    send it once more) or "ctx" (its code made a ctx call)."""
 
     why: str
 
