@@ -45,11 +45,11 @@ def serve(listen: str, options: list[list[Any]]) -> None:
         def waiting(self) -> int:
             return 0
 
-        def at_once(self, workspace: str) -> bool:
-            return True
-
     class Sandbox:
         fair = Fair()
+
+        def at_once(self, req: Any) -> bool:
+            return True
 
         def run(self, req: Any, link: Any) -> RunOutcome:
             if not link.admit():

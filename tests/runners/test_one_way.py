@@ -35,6 +35,9 @@ class Sandbox:
         self.entered: dict[str, threading.Event] = {}
         self.links: list[str] = []  # the kind of link of each run that got a place
 
+    def at_once(self, req: RunRequest) -> bool:
+        return self.fair.at_once(req.workspace_id)
+
     def run(self, req: RunRequest, link: Any) -> RunOutcome:
         if not self.fair.acquire(req.workspace_id, time.monotonic() + 10):
             return RunOutcome("timeout")

@@ -28,6 +28,7 @@ from toolkiln.services import tracing
 # exit, the outcome's way back) before the API gives the run up as the runner's failure.
 DEADLINE_MARGIN_S = 5.0
 HEALTH_TIMEOUT_S = 2.0
+CROWDED_S = 0.25  # how long a runner's busy answer keeps runs beyond it on the stream
 CHANNEL_OPTIONS = [
     # The largest answer of any method (an analysis); a run's messages are held to
     # wire.FROM_RUNNER_BYTES as they are read (RunnerClient.run).
@@ -121,6 +122,10 @@ class RunnerClient:
         # One-way runs of this process on the runner by key, until their end is noted: a
         # stream run's admission after one of them (Started.after) waits for that.
         self._noting: dict[str, threading.Event] = {}
+        # Our runs on the runner when it last declined one as busy (its places taken), and
+        # until when that holds: meanwhile, while as many are in flight, runs go straight on
+        # the stream, where they queue (a busy answer is one more round trip).
+        self._crowded = (0, 0.0)
         self._describe = self.channel.unary_unary(wire.DESCRIBE, same, same)
         self._health = self.channel.unary_unary(wire.HEALTH, same, same)
         self._prepare = self.channel.unary_unary(wire.PREPARE, same, same)
@@ -211,7 +216,12 @@ class RunnerClient:
         with tracing.span("runner.run", attributes, SpanKind.CLIENT) as span:
             if span.is_recording():
                 start = dataclasses.replace(start, traceparent=tracing.traceparent())
+            crowded, until = self._crowded
+            if start.key and self.mine + 1 >= crowded and time.monotonic() < until:
+                start = dataclasses.replace(start, key="")  # to queue there, as admitted
             outcome = self._one_way(start, link) if start.key else None
+            if isinstance(outcome, wire.Declined) and outcome.why == "busy":
+                self._crowded = (self.mine + 1, time.monotonic() + CROWDED_S)  # with this run
             if isinstance(outcome, wire.Declined) and outcome.why == "wait":
                 # Its process was not ready at once: admitted again here, then sent once
                 # more (a place is free, or the runner says busy and it goes on the stream).

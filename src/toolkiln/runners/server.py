@@ -24,7 +24,7 @@ import grpc
 from opentelemetry.trace import SpanKind
 
 from toolkiln.domain.errors import ServiceUnavailable, TooManyRequests
-from toolkiln.domain.execution import ResourceShare, RunOutcome, RunRequest
+from toolkiln.domain.execution import RunOutcome, RunRequest
 from toolkiln.runners import wire
 from toolkiln.runners.host import RunnerHost
 from toolkiln.sandbox.jail import protocol
@@ -263,9 +263,10 @@ class RunnerService:
 
     def _begin(
         self, raw: bytes | None, context: grpc.ServicerContext
-    ) -> tuple[wire.Start, Any, ResourceShare]:
-        """The run's ``Start``, its sandbox, and its share held (``_run`` leaves it, or the
-        caller if it never runs); aborts the call if it cannot be taken."""
+    ) -> tuple[wire.Start, Any, RunRequest]:
+        """The run's ``Start``, its sandbox, and its request, its share held (``_run``
+        leaves it, or the caller if it never runs); aborts the call if it cannot be
+        taken."""
         try:
             if raw is None:
                 raise wire.WireError("the stream ended")
@@ -278,12 +279,6 @@ class RunnerService:
         share = None if self._closing else self.host.enter(start.share)
         if share is None:  # draining or stopping: never started, so placed elsewhere
             _abort(context, grpc.StatusCode.UNAVAILABLE, "the runner is draining")
-        return start, sandbox, share
-
-    def _run(
-        self, start: wire.Start, sandbox: Any, share: ResourceShare, link: _Link
-    ) -> RunOutcome:
-        """The run in its sandbox, on this thread; then the share ``_begin`` held is left."""
         not_after = None
         if start.left_ms is not None:
             not_after = time.monotonic() + start.left_ms / 1000
@@ -301,13 +296,17 @@ class RunnerService:
             imports=tuple(start.imports),
             script=start.script,
         )
+        return start, sandbox, req
+
+    def _run(self, start: wire.Start, sandbox: Any, req: RunRequest, link: _Link) -> RunOutcome:
+        """The run in its sandbox, on this thread; then the share ``_begin`` held is left."""
         try:
             return traced(start, lambda: sandbox.run(req, link), link)
         finally:
             self.host.leave(start.share)  # held by the run, not by its stream
 
     def run(self, answers: Iterator[bytes], context: grpc.ServicerContext) -> Iterator[bytes]:
-        start, sandbox, share = self._begin(next(answers, None), context)
+        start, sandbox, req = self._begin(next(answers, None), context)
         out: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         link = StreamLink(
             start, answers, out, sandbox.fair.waiting, self._waiters, self.host.admitted
@@ -316,7 +315,7 @@ class RunnerService:
 
         def work() -> None:
             try:
-                outcome = self._run(start, sandbox, share, link)
+                outcome = self._run(start, sandbox, req, link)
             except LinkLost:
                 outcome = RunOutcome("infra", message="The API went away during the run.")
             except Exception:
@@ -339,15 +338,15 @@ class RunnerService:
     def run_one_way(self, request: bytes, context: grpc.ServicerContext) -> bytes:
         """A run of code that makes no ctx call, on this thread, its outcome the answer
         (wire.py says when it is ``Declined``)."""
-        start, sandbox, share = self._begin(request, context)
-        if not start.key or not sandbox.fair.at_once(start.workspace_id):
+        start, sandbox, req = self._begin(request, context)
+        if not start.key or not sandbox.at_once(req):
             # It would wait for a place: asked for admission then, which only a stream can.
             self.host.leave(start.share)
             return wire.encode(wire.Declined("busy"))
         link = OneWayLink(start, context, sandbox.fair.waiting, self._waiters, self.host.admitted)
         context.add_callback(link.cancel)
         try:
-            outcome = self._run(start, sandbox, share, link)
+            outcome = self._run(start, sandbox, req, link)
         except OneWayCtx:
             outcome = None
         except Exception:

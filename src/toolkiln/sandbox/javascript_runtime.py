@@ -119,6 +119,11 @@ class JavaScriptRuntime(Attached):
             self.retired_for_another_workspace += 1
             self._retire(child, forget=True)
 
+    def ready(self, req: RunRequest) -> bool:
+        """A worker of the workspace's own, or the spare, is idle."""
+        mine = req.workspace_id
+        return any(c.owner in (mine, None) for c in self._box().template.idle())
+
     def _restore_spare(self, claimed: WarmChild, mine: str) -> None:
         """An unowned worker was claimed. The pool holds ``warm`` + 1 workers; once more than
         ``warm`` are owned, the oldest idle worker of another workspace is retired, and its

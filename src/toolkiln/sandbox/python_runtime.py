@@ -137,6 +137,11 @@ class PythonRuntime(Attached):
         pool = box.async_template if needs_asyncio(req.code) else None
         return (pool or box.template).take(timeout=timeout, replenish=False)
 
+    def ready(self, req: RunRequest) -> bool:
+        box = self._box()
+        pool = box.async_template if needs_asyncio(req.code) else None
+        return bool((pool or box.template).idle())
+
     def open_channel(self, child: WarmChild) -> socket.socket:
         """The channel of one run. A Python child serves one run: its own socket is it."""
         return child.sock

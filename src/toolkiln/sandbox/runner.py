@@ -108,6 +108,10 @@ class Runtime(Protocol):
         ...
 
     def take(self, req: RunRequest, timeout: float) -> WarmChild: ...
+    def ready(self, req: RunRequest) -> bool:
+        """Whether ``take`` would find a process for ``req`` at once (a hint)."""
+        ...
+
     def open_channel(self, child: WarmChild) -> socket.socket: ...
     def release(self, child: WarmChild, outcome: RunOutcome | None, clean: bool) -> None: ...
     def describe(self, described: dict[str, Any]) -> dict[str, Any]: ...
@@ -278,6 +282,12 @@ class Sandbox:
             for m in template.missing:
                 seen.setdefault(m.layer, m.reason)
         return [{"layer": k, "reason": v} for k, v in seen.items()]
+
+    def at_once(self, req: RunRequest) -> bool:
+        """Whether ``req`` arriving now would get its turn and a process without waiting
+        (a hint: another run may take them first). A one-way run goes ahead only then
+        (runners/server.py): one that waits must ask for admission again."""
+        return self.fair.at_once(req.workspace_id) and self.runtime.ready(req)
 
     def load(self) -> dict[str, int]:
         """Places, calls running and calls waiting: what a placement decides on."""
