@@ -35,7 +35,7 @@ def pool() -> Iterator[CheckerPool]:
 
 def test_an_analysis_has_everything_a_caller_needs(pool: CheckerPool) -> None:
     found = pool.analyse("python", ORDINARY, "ws-a")
-    assert found == Analysis(entrypoint="main", imports=("pytz",))
+    assert found == Analysis(entrypoint="main", imports=("pytz",), takes_ctx=False)
     js = pool.analyse(
         "javascript", "import _ from 'lodash'\nexport function main() { return 1 }", "ws-a"
     )

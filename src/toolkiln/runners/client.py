@@ -215,7 +215,10 @@ class RunnerClient:
         begun = time.monotonic()
         with tracing.span("runner.run", attributes, SpanKind.CLIENT) as span:
             if span.is_recording():
-                start = dataclasses.replace(start, traceparent=tracing.traceparent())
+                # Traced: on the stream, whose Started times the wait for the runner's
+                # process (runner.wait); a one-way run's start reaches the API only with
+                # its outcome.
+                start = dataclasses.replace(start, traceparent=tracing.traceparent(), key="")
             crowded, until = self._crowded
             if start.key and self.mine + 1 >= crowded and time.monotonic() < until:
                 start = dataclasses.replace(start, key="")  # to queue there, as admitted
