@@ -1,0 +1,53 @@
+"""Review of one-way runs (docs/decisions/151): defects found, each a failing test."""
+
+from __future__ import annotations
+
+from fastapi.testclient import TestClient
+
+from tests.api.test_invoke import get_tool, invoke, make
+from tests.conftest import Space
+
+# Given no ctx and naming nothing the analysis reads as a way to it, so it is sent one way;
+# it works for a while, then reaches the jail's ctx through its frames.
+SLOW_THEN_CTX = """
+import time
+
+def main(**p):
+    time.sleep(1.0)
+    get = object.__getattribute__
+    try:
+        raise ValueError()
+    except ValueError as e:
+        frame = get(get(e, "__trace" + "back__"), "tb_" + "frame")
+    while frame is not None:
+        found = get(frame, "f_" + "locals").get("c" + "tx")
+        if found is not None:
+            return {"message": str(found.tools.calculate({"expression": "6*7"}))}
+        frame = get(frame, "f_" + "back")
+    return {"message": "none"}
+"""
+
+
+def test_a_one_way_run_given_up_at_its_ctx_call_keeps_the_tools_whole_time(
+    client: TestClient, space: Space, rw
+) -> None:
+    """Sent one way, given up at its ctx call after 1 s, and sent again on the stream with
+    only what is left of its 1.5 s (runners/client.py ``_again``): the same code then times
+    out at ~0.5 s, and the timeout is counted against the tool (three of them disable it),
+    though the tool never ran past its time (the control below: on the stream, it answers)."""
+    tool = make(client, space, rw, SLOW_THEN_CTX, timeout_ms=1500)
+    for n in (1, 2, 3):
+        res = invoke(client, tool, rw)
+        assert res["status"] == "ok" and "42" in res["message"], (n, {k: res.get(k) for k in ("status", "error", "message", "duration_ms")}, get_tool(client, tool, rw)["failure_count"])
+    assert get_tool(client, tool, rw)["failure_count"] == 0
+
+
+def test_control_the_same_code_given_ctx_answers_within_its_time(
+    client: TestClient, space: Space, rw
+) -> None:
+    code = SLOW_THEN_CTX.replace("def main(**p):", "def main(*, ctx, **p):")
+    tool = make(client, space, rw, code, timeout_ms=1500)
+    for n in (1, 2, 3):
+        res = invoke(client, tool, rw)
+        assert res["status"] == "ok" and "42" in res["message"], (n, res)
+    assert get_tool(client, tool, rw)["failure_count"] == 0
