@@ -38,7 +38,11 @@ def test_a_one_way_run_given_up_at_its_ctx_call_keeps_the_tools_whole_time(
     tool = make(client, space, rw, SLOW_THEN_CTX, timeout_ms=1500)
     for n in (1, 2, 3):
         res = invoke(client, tool, rw)
-        assert res["status"] == "ok" and "42" in res["message"], (n, {k: res.get(k) for k in ("status", "error", "message", "duration_ms")}, get_tool(client, tool, rw)["failure_count"])
+        assert res["status"] == "ok" and "42" in res["message"], (
+            n,
+            {k: res.get(k) for k in ("status", "error", "message", "duration_ms")},
+            get_tool(client, tool, rw)["failure_count"],
+        )
     assert get_tool(client, tool, rw)["failure_count"] == 0
 
 
