@@ -57,7 +57,13 @@ FROM_RUNNER = (wire.Started, wire.Call, wire.AuditRow, wire.Ended, wire.Done)
 
 
 class NotStarted(Exception):
-    """The run never started on that runner (unreachable, draining): place it elsewhere."""
+    """The run never started on that runner (unreachable, draining): place it elsewhere.
+    ``again``: what to send there instead of a fresh start, for a run a one-way try declined
+    (its admission asked again, its time as ``_again`` says)."""
+
+    def __init__(self, message: str = "", again: wire.Start | None = None) -> None:
+        super().__init__(message)
+        self.again = again
 
 
 class _Answers:
@@ -233,7 +239,16 @@ class RunnerClient:
                 start = dataclasses.replace(start, key=secrets.token_hex(8))
                 outcome = self._one_way(start, link)
             if not isinstance(outcome, RunOutcome):  # on the stream, which asks again
-                outcome = self._hop(_again(start, begun), link)
+                gave_up = isinstance(outcome, wire.Declined) and outcome.why == "ctx"
+                rerun = _again(start, begun, whole=gave_up)
+                if gave_up and rerun.left_ms is None and (again := getattr(link, "again", None)):
+                    again()  # the API's deadlines for it too (RunLink.again is optional)
+                try:
+                    outcome = self._hop(rerun, link)
+                except NotStarted as exc:
+                    # placed elsewhere as the stream would have had it: admitted again
+                    # (tests/runners/test_one_way_again.py)
+                    raise NotStarted(str(exc), again=rerun) from None
             if span.is_recording():
                 span.set_attribute("toolkiln.run.outcome", outcome.kind)
             return outcome
@@ -386,11 +401,15 @@ def _started(call: Any) -> bool:
     return any(key == wire.STARTED_KEY for key, _ in call.initial_metadata() or ())
 
 
-def _again(start: wire.Start, begun: float) -> wire.Start:
+def _again(start: wire.Start, begun: float, whole: bool = False) -> wire.Start:
     """A run sent again on the stream after ``RunOneWay`` did not run it: its admission
-    asked again when it starts, its time what is left of it."""
+    asked again when it starts, its time what is left of it; ``whole``: a run given up at
+    its ctx call has its whole time again unless a calling run's deadline bounds it (the
+    try was the platform's guess, not the tool's: tests/api/test_one_way_again.py)."""
     if not start.key:
         return start
+    if whole and start.left_ms is None:
+        return dataclasses.replace(start, key="", admitted=False)
     used_ms = int((time.monotonic() - begun) * 1000)
     left_ms = start.timeout_ms if start.left_ms is None else start.left_ms
     return dataclasses.replace(start, key="", admitted=False, left_ms=max(0, left_ms - used_ms))

@@ -194,6 +194,7 @@ class Fleet:
                 return infra("The runner of the calling tool's run is gone.", begun)
         key = secrets.token_hex(16)
         tried: set[str] = set()
+        again: wire.Start | None = None
         while True:
             runner = self.pick(tried)
             if runner is None:
@@ -203,8 +204,9 @@ class Fleet:
             if share is not None:
                 share.group = RemoteShare(key, runner)
             try:
-                return runner.run(start_of(req, key, True), link)
-            except NotStarted:
+                return runner.run(again or start_of(req, key, True), link)
+            except NotStarted as exc:
+                again = exc.again or again
                 tried.add(runner.address)
                 self._side.submit(runner.check)  # its state is learned now, not next second
 

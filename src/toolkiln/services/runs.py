@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, Protocol
 
 from toolkiln.domain.analysis import Analysis
@@ -58,13 +59,28 @@ class _Link:
     """One run's RunLink: ctx calls go to the router with this run's origin; whether the run
     starts, and that it ended, go to its admission."""
 
-    __slots__ = ("_admission", "_by_code", "_entrance", "_origin")
+    __slots__ = ("_admission", "_by_code", "_entrance", "_origin", "_timeout_ms")
 
-    def __init__(self, origin: Origin, entrance: Entrance, admission: Admission) -> None:
-        self._origin = origin
+    def __init__(
+        self, origin: Origin, entrance: Entrance, admission: Admission, timeout_ms: int
+    ) -> None:
+        self._origin = origin.within(timeout_ms)
         self._entrance = entrance
         self._admission = admission
+        self._timeout_ms = timeout_ms
         self._by_code: Origin | None = None  # origin.from_code(), made once (it is frozen)
+
+    def again(self) -> None:
+        """The run goes again with its whole time (a one-way try given up at its ctx call,
+        runners/client.py ``_again``): a root call's deadlines move with it; a nested run
+        stays within its caller's (tests/api/test_one_way_again.py)."""
+        if self._origin.parent_call_id is not None:
+            return
+        until = time.monotonic() + self._timeout_ms / 1000
+        budget = self._origin.budget
+        budget.deadline = max(budget.deadline, until)
+        self._origin = replace(self._origin, run_deadline=until)
+        self._by_code = None
 
     def admit(self) -> bool:
         return self._admission.admit()
@@ -183,7 +199,7 @@ class Runs:
         started = time.perf_counter()
         try:
             # The run's ctx calls (built-ins above all) are bounded by this run's deadline.
-            link = _Link(origin.within(timeout_ms), entrance, admission)
+            link = _Link(origin, entrance, admission, timeout_ms)
             return runner.run(request, link)
         except ServiceUnavailable:
             # The database (the run's admission, a ctx call's read or write), not the

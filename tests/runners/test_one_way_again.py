@@ -1,4 +1,5 @@
-"""Review of one-way runs (docs/decisions/151): the status of a run placed again."""
+"""A one-way run given up at its ctx call and placed again on another runner asks for its
+admission again there (docs/decisions/151)."""
 
 from __future__ import annotations
 
@@ -68,8 +69,8 @@ def test_a_one_way_run_placed_again_after_its_runner_drained_reads_the_status_ag
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Given up at its ctx call, then refused by its draining runner (``NotStarted``): the
-    fleet places it on the other runner as admitted (fleet.py ``start_of(..., True)``) with
-    the status read before the first try, and the tool, disabled meanwhile, runs there."""
+    fleet places it on the other runner as the stream rerun was (``NotStarted.again``), so
+    the status is read again there and the tool, disabled meanwhile, does not run."""
     monkeypatch.setattr(server_module, "ADMIT_FRESH_S", 60.0)  # any machine's load
     Drains.tried = []
     made = []

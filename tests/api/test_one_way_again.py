@@ -1,4 +1,4 @@
-"""Review of one-way runs (docs/decisions/151): defects found, each a failing test."""
+"""A one-way run given up at its ctx call goes again with its whole time (docs/decisions/151)."""
 
 from __future__ import annotations
 
@@ -31,10 +31,10 @@ def main(**p):
 def test_a_one_way_run_given_up_at_its_ctx_call_keeps_the_tools_whole_time(
     client: TestClient, space: Space, rw
 ) -> None:
-    """Sent one way, given up at its ctx call after 1 s, and sent again on the stream with
-    only what is left of its 1.5 s (runners/client.py ``_again``): the same code then times
-    out at ~0.5 s, and the timeout is counted against the tool (three of them disable it),
-    though the tool never ran past its time (the control below: on the stream, it answers)."""
+    """Sent one way, given up at its ctx call after 1 s, and sent again on the stream: with
+    only what was left of its 1.5 s it timed out and was counted (three disable the tool);
+    the rerun has its whole time, runner and API deadlines alike, and answers as the same
+    code given ctx does (the control below)."""
     tool = make(client, space, rw, SLOW_THEN_CTX, timeout_ms=1500)
     for n in (1, 2, 3):
         res = invoke(client, tool, rw)
