@@ -218,7 +218,7 @@ def build(
         router=router,
         files=files,
         outbox=OutboxService(uow, positions),
-        agents=AgentService(uow, router),
+        agents=AgentService(uow, router, invoke.hints),
         generate=GenerateService(
             uow,
             tools,

@@ -8,6 +8,9 @@ from fastapi.testclient import TestClient
 from jsonschema import Draft202012Validator
 
 from tests.conftest import Space, seed_tool
+from toolkiln.api.app import create_app
+from toolkiln.api.fast import FastRoute
+from toolkiln.app import Runtime
 
 NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
@@ -399,3 +402,61 @@ def test_arguments_as_openais_json_text_are_the_object_they_spell(
     for text in ("[1, 2]", "not json", '"{}"', "[" * 100_000):
         bad = call(client, a, rw, f"custom_{t['id']}", text)
         assert bad["status"] == "error" and bad["error"]["code"] == "invalid_input", (text, bad)
+
+
+def test_the_tool_call_fast_path_answers_as_fastapis_route(
+    runtime: Runtime, client: TestClient, space: Space, rw
+) -> None:
+    """The agent tool-call route's fast path (api/fast.py) and FastAPI's own route give the
+    same answers, good and bad (bodies, content types, tokens, scopes, agents): the same app
+    without the fast paths is the reference."""
+    reference = create_app(runtime.services)
+    reference.router.routes[:] = [
+        r for r in reference.router.routes if not isinstance(r, FastRoute)
+    ]
+    assert any(
+        isinstance(r, FastRoute) and r.path.endswith("/tool-calls")
+        for r in client.app.router.routes
+    )
+    a = agent(client, space, rw)
+    t = tool(client, space, rw, name="fast-path-tool")
+    assert client.put(f"/v1/agents/{a['id']}/custom-tools/{t['id']}", headers=rw).status_code == 200
+    url = f"/v1/agents/{a['id']}/tool-calls"
+    json_h = {**rw, "content-type": "application/json"}
+    good = f'{{"name": "custom_{t["id"]}", "arguments": {{"order_id": "A1"}}}}'.encode()
+    cases: list[tuple[str, str, dict[str, str], bytes | None]] = [
+        ("POST", url, json_h, good),
+        (
+            "POST",
+            url,
+            json_h,
+            b'{"name": "calculate", "arguments": "{\\"expression\\": \\"1+1\\"}"}',
+        ),
+        ("POST", url, json_h, b'{"name": "no_such_tool"}'),
+        ("POST", url, json_h, b'{"name": "calculate", "unknown": 1}'),
+        ("POST", url, json_h, b'{"name": ""}'),
+        ("POST", url, json_h, b'{"name": "calculate", "tool_call_id": ""}'),
+        ("POST", url, json_h, b'{"name": '),
+        ("POST", url, json_h, b"[]"),
+        ("POST", url, rw, None),
+        ("POST", url, rw, good),  # no Content-Type
+        ("POST", url, {**rw, "content-type": "text/plain"}, good),
+        ("POST", url, {"content-type": "application/json"}, good),
+        ("POST", url, {**json_h, "authorization": "Bearer tk_wrong"}, good),
+        ("POST", url, {**space.auth("read"), "content-type": "application/json"}, good),
+        ("POST", url, {**space.auth("read"), "content-type": "application/json"}, b"[]"),
+        ("POST", url.replace(a["id"], "no-such-agent"), json_h, good),
+        ("GET", url, rw, None),
+    ]
+    with TestClient(reference, raise_server_exceptions=False) as slow:
+        for method, path, headers, body in cases:
+            fast_r = client.request(method, path, headers=headers, content=body)
+            slow_r = slow.request(method, path, headers=headers, content=body)
+            assert fast_r.status_code == slow_r.status_code, (body, fast_r.text, slow_r.text)
+            got, want = fast_r.json(), slow_r.json()
+            if fast_r.status_code == 200:  # two calls: ids and times differ, nothing else
+                for answer in (got, want):
+                    answer["data"].update(tool_call_id="", duration_ms=0)
+            assert got == want, body
+            assert fast_r.headers.get("www-authenticate") == slow_r.headers.get("www-authenticate")
+    assert "post" in client.get("/openapi.json").json()["paths"]["/v1/agents/{agent_id}/tool-calls"]

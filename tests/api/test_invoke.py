@@ -6,7 +6,7 @@ from fastapi.testclient import TestClient
 
 from tests.conftest import Space, seed_tool
 from toolkiln.api.app import create_app
-from toolkiln.api.routes import invoke as invoke_routes
+from toolkiln.api.fast import FastRoute
 from toolkiln.app import Runtime
 
 
@@ -231,14 +231,14 @@ def test_scopes_for_invoking(client: TestClient, space: Space, other_space: Spac
 def test_the_invoke_fast_path_answers_as_fastapis_route(
     runtime: Runtime, client: TestClient, space: Space, rw
 ) -> None:
-    """The invoke route's fast path (api/routes/invoke.py) and FastAPI's own route give the
+    """The invoke route's fast path (api/fast.py) and FastAPI's own route give the
     same answers, good and bad (bodies, content types, tokens): the same app without the fast
     path is the reference."""
     reference = create_app(runtime.services)
     reference.router.routes[:] = [
-        r for r in reference.router.routes if not isinstance(r, invoke_routes.FastInvoke)
+        r for r in reference.router.routes if not isinstance(r, FastRoute)
     ]
-    assert any(isinstance(r, invoke_routes.FastInvoke) for r in client.app.router.routes)
+    assert any(isinstance(r, FastRoute) for r in client.app.router.routes)
     tool = make(client, space, rw, "def main(**params):\n    return {'message': 'ok'}\n")
     url = f"/v1/custom-tools/{tool['id']}/invoke"
     json_h = {**rw, "content-type": "application/json"}

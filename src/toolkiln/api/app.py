@@ -76,9 +76,9 @@ def create_app(
     # invoke and generate before tools: their fixed paths must win over /{tool_id}.
     for module in (system, access, secrets, invoke, generate, tools, audit, builtins, agents):
         app.include_router(module.router)
-    # The invoke route's fast path, ahead of every router; FastAPI's own route stays for the
-    # document and for any body that is not valid (api/routes/invoke.py).
-    app.router.routes.insert(0, invoke.FastInvoke(app.router))
+    # The fast paths of the routes tool calls take, ahead of every router; FastAPI's own
+    # routes stay for the document and for any body that is not valid (api/fast.py).
+    app.router.routes[:0] = [invoke.fast_invoke(app.router), agents.fast_tool_call(app.router)]
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
     app.add_middleware(NoNul)
     app.add_middleware(Metrics, registry=app.state.registry)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from toolkiln.domain.auth import Principal
+from toolkiln.domain.auth import Bearer, Principal
 from toolkiln.domain.codemode import (
     PROGRAM_LANGUAGES,
     RUN_PROGRAM,
@@ -20,7 +20,7 @@ from toolkiln.domain.limits import MAX_TIMEOUT_MS
 from toolkiln.domain.origin import Budget, Offer, Origin
 from toolkiln.domain.records import LIST_CHANGING_EVENTS, Agent, AuditRow, Policy, check_label
 from toolkiln.domain.results import Result, error, refused
-from toolkiln.services.access import principal_of
+from toolkiln.services.access import hash_of, principal_from, principal_of
 from toolkiln.services.calls import (
     ByName,
     CallContext,
@@ -32,15 +32,21 @@ from toolkiln.services.paging import listing_scope
 from toolkiln.services.ports import UnitOfWork, UnitOfWorkFactory
 from toolkiln.services.router import Router
 from toolkiln.services.tool_lists import ListCache, Listing
+from toolkiln.services.turns import WorkspaceHints
 
 MODES = ("direct", "code")
 
 
 class AgentService:
-    def __init__(self, uow: UnitOfWorkFactory, router: Router) -> None:
+    def __init__(
+        self, uow: UnitOfWorkFactory, router: Router, hints: WorkspaceHints | None = None
+    ) -> None:
         self._uow = uow
         self._router = router
         self.lists = ListCache()
+        # The workspace of each token a tool call checked: whose turn its next call waits
+        # for (services/turns.py); shared with invoke's.
+        self.hints = hints or WorkspaceHints()
 
     # -- agents
 
@@ -270,7 +276,7 @@ class AgentService:
 
     def dispatch(
         self,
-        principal: Principal,
+        credential: Principal | Bearer,
         agent_id: str,
         name: str,
         arguments: Any,
@@ -282,9 +288,12 @@ class AgentService:
         ``run_program`` alone. One read prepares it (the agent, its offer, the workspace
         policy, the custom tool ``name`` means, the call id: tests/mcp/test_call_reads.py,
         docs/decisions/402-an-mcp-call-reads-twice.md);
-        ``on_status`` is then told the tool's status line, if it has one, before it runs."""
-        principal.require("invoke")
-        check_ids(who)
+        ``on_status`` is then told the tool's status line, if it has one, before it runs.
+        Given the request's ``Bearer`` (the REST route's fast path), the token is checked in
+        that read too, first (``hints`` learns its workspace, as for invoke)."""
+        hashed = "" if isinstance(credential, Principal) else hash_of(credential.value)
+        if isinstance(credential, Principal):
+            self._may_call(credential, who)
         # run_program's ctx reaches the code-mode tools; any other name, the direct ones.
         if mode == "code" and name != RUN_PROGRAM:
             message = f"In code mode the one tool is {RUN_PROGRAM}."
@@ -293,6 +302,16 @@ class AgentService:
         mode = "code" if name == RUN_PROGRAM else "direct"
         found: Found | None = None
         with self._uow(readonly=True) as tx:
+            if isinstance(credential, Principal):
+                principal = credential
+            else:
+                try:
+                    principal = principal_from(tx.tokens.by_hash(hashed))
+                except Unauthenticated:
+                    self.hints.forget(hashed)  # a revoked token takes no workspace's turns
+                    raise
+                self.hints.note(hashed, principal.workspace_id)
+                self._may_call(principal, who)
             agent, policy, defs = self._defs_in(tx, principal, agent_id, mode)
             offer = Offer(
                 frozenset(d.name for d in defs if d.kind == "builtin"),
@@ -313,6 +332,11 @@ class AgentService:
             on_status(status)
         with raced_call_id(who):
             return self._router.call(origin, ByName(name, arguments, found)).result
+
+    @staticmethod
+    def _may_call(principal: Principal, who: CallContext) -> None:
+        principal.require("invoke")
+        check_ids(who)
 
     @staticmethod
     def _visible(tx: UnitOfWork, principal: Principal, agent_id: str) -> Agent:

@@ -5,14 +5,20 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
 from pydantic import Field, field_validator
+from starlette.types import ASGIApp
 
 from toolkiln.api import models
-from toolkiln.api.deps import Calls, Invoker, Reader, Svc, Writer
+from toolkiln.api.deps import Invoker, Reader, Svc, Writer, bearer_of
+from toolkiln.api.fast import FastRoute
+from toolkiln.api.offload import Offload
+from toolkiln.domain.auth import Bearer, Principal
 from toolkiln.domain.ids import rfc3339
 from toolkiln.domain.records import Agent
 from toolkiln.services.calls import CallContext
+from toolkiln.services.container import Services
 
 router = APIRouter(prefix="/v1/agents", tags=["agents"])
 
@@ -133,23 +139,45 @@ def agent_tools(
 
 
 @router.post(
-    "/{agent_id}/tool-calls", response_model=models.One[models.Result], responses=models.LONG_WORK
+    "/{agent_id}/tool-calls",
+    response_model=models.One[models.Result],
+    responses=models.LONG_WORK,
+    # The fast path reads the token in the call's own read, not by a dependency: the
+    # document says it is needed either way.
+    openapi_extra={"security": [{"bearer": []}]},
 )
-async def tool_call(
-    agent_id: str, body: ToolCallIn, who: Invoker, svc: Svc, pool: Calls
-) -> dict[str, Any]:
+async def tool_call(agent_id: str, body: ToolCallIn, request: Request, who: Invoker) -> Response:
     """On the tool-call pool (api/offload.py); ``run_program`` and ``run_code`` take a place
-    of the workspace's long work (429 when none is free)."""
+    of the workspace's long work (429 when none is free). Only what ``fast_tool_call`` does
+    not take reaches this route: the Invoker dependency answers a missing or bad token with
+    401 and a token without ``invoke`` with 403 before FastAPI judges the body."""
+    return await _tool_call(request, agent_id, body, who)
+
+
+async def _tool_call(
+    request: Request, agent_id: str, body: ToolCallIn, who: Principal | None = None
+) -> Response:
+    """The call on the app's call pool; the token is checked by the call's own read unless
+    the caller is known already (as for invoke: api/routes/invoke.py)."""
+    svc: Services = request.app.state.services
+    offload: Offload = request.app.state.offload
     context = CallContext.of(
         body.tool_call_id, conversation_id=body.conversation_id, power_user_id=body.power_user_id
     )
-    result = await pool(
-        svc.agents.dispatch,
-        who,
-        agent_id,
-        body.name,
-        body.arguments,
-        context,
-        turn=who.workspace_id,
-    )
-    return {"data": result.as_dict()}
+    if who is not None:
+        credential: Principal | Bearer = who
+        turn = who.workspace_id
+    else:
+        credential = Bearer(bearer_of(request))
+        turn = svc.invoke.turn_key(credential.value)
+    call = (credential, agent_id, body.name, body.arguments, context)
+    result = await offload(svc.agents.dispatch, *call, turn=turn)
+    # The Result is built by the domain: a finished response, not one FastAPI validates and
+    # encodes again (response_model stays for the document).
+    return JSONResponse({"data": result.as_dict()})
+
+
+def fast_tool_call(fallback: ASGIApp) -> FastRoute[ToolCallIn]:
+    """``POST /v1/agents/{agent_id}/tool-calls`` for a body that is valid (api/fast.py)."""
+    path = "/v1/agents/{agent_id}/tool-calls"
+    return FastRoute(path, "tool_call", "agent_id", ToolCallIn, _tool_call, fallback)
