@@ -106,7 +106,7 @@ def measure_service(port: int, pid: int) -> Measured:
         )
     out["ctx_ms"] = ctx_round_trip(c, invoke_url(loop))
     out["healthz"] = [timed(c, "GET", "/healthz") for _ in range(N_SEQ)]
-    out |= protocols.three_ways(c, ws, py, N_SEQ)
+    out |= protocols.three_ways(port, ws, py, N_SEQ)
     c.close()
     out["rate"], out["loaded"] = asyncio.run(throughput(port, invoke_url(py)))
     out["memory"] = density.settled(pid, int(os.environ.get("TOOLKILN_SANDBOX_WARM", "8")))
