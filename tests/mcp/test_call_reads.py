@@ -194,3 +194,6 @@ def test_a_tools_call_reads_twice_before_its_sandbox_run(
     entrance, preparation = (" ".join(u.statements) for u in reads)
     assert "FROM tokens" in entrance and "FROM agents" in entrance
     assert "FROM agents" in preparation and "FROM tools" in preparation
+    # custom_{id} is no name a tool may have: the tool is read by its id, not looked up by
+    # that name first (services/router.py, Router._custom_in).
+    assert not any("tools.name =" in s for s in reads[1].statements), described

@@ -37,7 +37,7 @@ from toolkiln.domain.records import Policy
 from toolkiln.domain.results import Result, error, refused
 from toolkiln.domain.schema.budget import Searcher, on_behalf_of
 from toolkiln.domain.schema.validation import InputValidator, compile_validator, input_problems
-from toolkiln.domain.tools import Tool
+from toolkiln.domain.tools import NAME_RE, Tool
 from toolkiln.services import tracing
 from toolkiln.services.admission import Admissions
 from toolkiln.services.calls import (
@@ -349,9 +349,15 @@ class Router:
     ) -> Tool | None:
         if "\x00" in name:  # no stored name or id holds one, and PostgreSQL cannot compare
             return None  # text that does (a DataError, which would be a 500)
-        tool = tx.tools.by_name(origin.workspace_id, name)
+
+        # Only a name a tool may have is looked up (check_name, on create and update): not
+        # custom_{id}, which every agent's call of a custom tool names it by.
+        def named(text: str) -> Tool | None:
+            return tx.tools.by_name(origin.workspace_id, text) if NAME_RE.fullmatch(text) else None
+
+        tool = named(name)
         if tool is None and "_" in name and not name.startswith(CUSTOM_PREFIX):
-            tool = tx.tools.by_name(origin.workspace_id, name.replace("_", "-"))
+            tool = named(name.replace("_", "-"))
         if tool is None and name.startswith(CUSTOM_PREFIX):
             tool = tx.tools.get(name.removeprefix(CUSTOM_PREFIX))
         if tool is None or tool.workspace_id != origin.workspace_id:
