@@ -152,11 +152,9 @@ class AgentService:
         agent = self._visible(tx, principal, agent_id)
         policy = tx.workspaces.policy(agent.workspace_id)
         allowed = set(policy.builtins)
-        enabled = tx.agents.enabled(agent.id)
-        tools = tx.tools.offered(agent.workspace_id, list(enabled))
-        pinned = {
-            t.id: tx.tools.version(t.id, v) for t in tools if (v := enabled.get(t.id)) is not None
-        }
+        offered = tx.tools.offered(agent.workspace_id, agent.id)
+        tools = [t for t, _ in offered]
+        pinned = {t.id: tx.tools.version(t.id, v) for t, v in offered if v is not None}
         defs = [
             ToolDef(
                 s.name,

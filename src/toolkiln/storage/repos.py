@@ -221,18 +221,11 @@ class SqlTools:
         row = self._c.execute(q).mappings().first()
         return self._row(row) if row else None
 
-    def offered(self, workspace_id: str, tool_ids: list[str]) -> list[Tool]:
-        """Active tools of the workspace that are global or among ``tool_ids``, by name."""
-        q = (
-            tools.select()
-            .where(
-                tools.c.workspace_id == workspace_id,
-                tools.c.status == "active",
-                sa.or_(tools.c.enable_globally.is_(True), tools.c.id.in_(tool_ids)),
-            )
-            .order_by(tools.c.name, tools.c.id)
-        )
-        return [self._row(r) for r in self._c.execute(q).mappings()]
+    def offered(self, workspace_id: str, agent_id: str) -> list[tuple[Tool, int | None]]:
+        """Active tools of the workspace that are global or enabled for the agent, by name,
+        each with the version the agent pinned it at (None: none): one statement."""
+        params = {"ws": workspace_id, "agent": agent_id}
+        return [(self._row(r), r["pinned"]) for r in self._c.execute(_OFFERED, params).mappings()]
 
     def name_taken(self, workspace_id: str, name: str, except_id: str | None = None) -> bool:
         q = sa.select(tools.c.id).where(tools.c.workspace_id == workspace_id, tools.c.name == name)
@@ -355,6 +348,20 @@ _TOOL_AS = Prepared(
     .where(tokens.c.token_hash == sa.bindparam("h"))
 )
 _TOOL_STATUS = Prepared(sa.select(_t.status).where(_t.id == sa.bindparam("id")))
+# An agent's call and list read these: built once, so each run is a hit in SQLAlchemy's
+# statement cache instead of a statement built and keyed anew.
+_AGENT = agents.select().where(agents.c.id == sa.bindparam("id"))
+_ENABLED_HERE = (agent_tools.c.tool_id == _t.id) & (agent_tools.c.agent_id == sa.bindparam("agent"))
+_OFFERED = (
+    sa.select(*tools.c, agent_tools.c.version.label("pinned"))
+    .select_from(tools.outerjoin(agent_tools, _ENABLED_HERE))
+    .where(
+        _t.workspace_id == sa.bindparam("ws"),
+        _t.status == "active",
+        sa.or_(_t.enable_globally.is_(True), agent_tools.c.agent_id.is_not(None)),
+    )
+    .order_by(_t.name, _t.id)
+)
 _POLICY = Prepared(sa.select(workspaces.c.policy).where(workspaces.c.id == sa.bindparam("id")))
 _CALL_EXISTS = Prepared(
     sa.select(tool_calls.c.id).where(
@@ -523,7 +530,7 @@ class SqlAgents:
         )
 
     def get(self, agent_id: str) -> Agent | None:
-        row = self._c.execute(agents.select().where(agents.c.id == agent_id)).mappings().first()
+        row = self._c.execute(_AGENT, {"id": agent_id}).mappings().first()
         return self._row(row) if row else None
 
     def all(self, workspace_id: str | None) -> list[Agent]:
