@@ -9,7 +9,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from toolkiln.api.offload import Offload
-from toolkiln.domain.auth import Principal
+from toolkiln.domain.auth import Bearer, Principal
 from toolkiln.services.container import Services
 
 
@@ -24,6 +24,16 @@ def bearer_of(request: Request) -> str | None:
     header = request.headers.get("authorization", "")
     scheme, _, value = header.partition(" ")
     return value.strip() if scheme.lower() == "bearer" else None
+
+
+def call_credential(request: Request, who: Principal | None) -> tuple[Principal | Bearer, str]:
+    """Who a tool call is made as, and the key of the turn it takes (services/turns.py): the
+    principal a dependency read already, or the request's token, checked by the call's own
+    read and keyed by the workspace it was last seen for (the invoke and agent fast paths)."""
+    if who is not None:
+        return who, who.workspace_id
+    credential = Bearer(bearer_of(request))
+    return credential, request.app.state.services.invoke.turn_key(credential.value)
 
 
 # Declares the bearer scheme in the OpenAPI document, so generated clients send the token

@@ -11,10 +11,10 @@ from pydantic import Field, field_validator
 from starlette.types import ASGIApp
 
 from toolkiln.api import models
-from toolkiln.api.deps import Invoker, Reader, Svc, Writer, bearer_of
+from toolkiln.api.deps import Invoker, Reader, Svc, Writer, call_credential
 from toolkiln.api.fast import FastRoute
 from toolkiln.api.offload import Offload
-from toolkiln.domain.auth import Bearer, Principal
+from toolkiln.domain.auth import Principal
 from toolkiln.domain.ids import rfc3339
 from toolkiln.domain.records import Agent
 from toolkiln.services.calls import CallContext
@@ -164,12 +164,7 @@ async def _tool_call(
     context = CallContext.of(
         body.tool_call_id, conversation_id=body.conversation_id, power_user_id=body.power_user_id
     )
-    if who is not None:
-        credential: Principal | Bearer = who
-        turn = who.workspace_id
-    else:
-        credential = Bearer(bearer_of(request))
-        turn = svc.invoke.turn_key(credential.value)
+    credential, turn = call_credential(request, who)
     call = (credential, agent_id, body.name, body.arguments, context)
     result = await offload(svc.agents.dispatch, *call, turn=turn)
     # The Result is built by the domain: a finished response, not one FastAPI validates and

@@ -9,11 +9,11 @@ from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp
 
 from toolkiln.api import models, serialize
-from toolkiln.api.deps import Invoker, Reader, Svc, Work, Writer, bearer_of
+from toolkiln.api.deps import Invoker, Reader, Svc, Work, Writer, call_credential
 from toolkiln.api.fast import FastRoute
 from toolkiln.api.offload import Offload
 from toolkiln.api.routes.tools import draft_of
-from toolkiln.domain.auth import Bearer, Principal
+from toolkiln.domain.auth import Principal
 from toolkiln.services.calls import CallContext
 from toolkiln.services.container import Services
 
@@ -66,12 +66,7 @@ async def _invoke(
     context = CallContext.of(
         body.tool_call_id, body.agent_id, body.conversation_id, body.power_user_id
     )
-    if who is not None:
-        credential: Principal | Bearer = who
-        turn = who.workspace_id
-    else:
-        credential = Bearer(bearer_of(request))
-        turn = svc.invoke.turn_key(credential.value)
+    credential, turn = call_credential(request, who)
     result = await offload(svc.invoke.invoke, credential, tool_id, body.input, context, turn=turn)
     # The Result is built by the domain: hand FastAPI a finished response instead of having
     # it validate and re-encode the dict (response_model stays for the document).
