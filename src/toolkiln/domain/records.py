@@ -117,7 +117,7 @@ def check_label(field_name: str, value: str | None, required: bool = True) -> li
 # Every change that can alter some agent's tool list (or code-mode description) leaves one of
 # these audit rows, in the transaction of the change: the row bumps its workspace's list
 # version (storage/lists_repo.py), which the cached lists are keyed by, and wakes the MCP
-# clients' list-change watcher (mcp_server/server.py). tests/services/test_list_cache.py.
+# clients' list-change watcher (mcp_server/server.py). tests/api/test_list_cache.py.
 LIST_CHANGING_EVENTS = (
     "tool.created",
     "tool.updated",

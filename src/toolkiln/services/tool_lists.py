@@ -8,9 +8,11 @@ a list is rendered once per version and served from here until the version moves
 replica alike (docs/decisions/170-tool-lists-cached-by-version.md).
 
 Entries are held per workspace: a workspace's lists are found under its own id only, one
-workspace holds at most a ``SHARE`` of the entries and bytes, and past the bounds the least
-recently used list of the workspace holding the most bytes goes, so one tenant's lists
-cannot push out another's that holds less (tests/services/test_list_cache.py).
+workspace holds at most a ``SHARE`` of the entries and bytes, and past a bound the least
+recently used list of the workspace holding the most of it (entries or bytes) goes, so one
+tenant's lists cannot push out another's that holds less (tests/services/test_tool_lists.py);
+a list rendered twice at once is held and counted once
+(tests/services/test_list_cache_twice.py).
 """
 
 from __future__ import annotations
@@ -110,8 +112,9 @@ class ListCache:
                 held = None
             if held is None:
                 held = self._held[workspace_id] = _Held(version)
-            if key in held.lists:
+            if key in held.lists:  # rendered twice at once: the later one is kept
                 self._forget(workspace_id, key)
+                held = self._held.setdefault(workspace_id, held)
             held.lists[key] = listing
             held.bytes += weight
             self.entries += 1
@@ -121,7 +124,12 @@ class ListCache:
             ):
                 self._forget(workspace_id, next(iter(held.lists)))
             while self.entries > self._max_entries or self.bytes > self._max_bytes:
-                fullest = max(self._held, key=lambda w: self._held[w].bytes)
+                # the workspace holding the most of what is over its bound loses first
+                by_entries = self.entries > self._max_entries
+                fullest = max(
+                    self._held,
+                    key=lambda w: len(self._held[w].lists) if by_entries else self._held[w].bytes,
+                )
                 self._forget(fullest, next(iter(self._held[fullest].lists)))
 
     def _forget(self, workspace_id: str, key: Key) -> None:

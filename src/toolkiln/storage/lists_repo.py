@@ -4,7 +4,7 @@ A workspace's ``list_version`` moves in the transaction of every change to what 
 tool lists show (each leaves an audit row of ``LIST_CHANGING_EVENTS``: ``SqlAudit`` notes
 its workspace and the unit of work moves the version just before it commits). A list read
 takes the version in the statement that reads the agent, so a replica sees another's change
-on its next request, with no message between them (tests/services/test_list_cache.py,
+on its next request, with no message between them (tests/api/test_list_cache.py,
 docs/decisions/170-tool-lists-cached-by-version.md).
 """
 

@@ -1,5 +1,5 @@
-"""Review: a list put again under a key the workspace already holds (two requests that missed
-at once and both rendered it) must stay held, and the cache's counts must stay true
+"""A list put again under a key the workspace already holds (two requests that missed
+at once and both rendered it) stays held, and the cache's counts stay true
 (services/tool_lists.py, ``ListCache.put``)."""
 
 from __future__ import annotations
