@@ -360,10 +360,7 @@ class Sandbox:
             deadline = min(deadline, req.not_after)
         if not self.fair.acquire(req.workspace_id, deadline):
             # The call never got a process: its time ran out waiting, not running.
-            return RunOutcome(
-                "timeout",
-                details={"reason": "no sandbox process became free in time", "counted": False},
-            )
+            return RunOutcome("timeout", details=_no_process_in_time())
         try:
             return self.run_acquired(req, link, extra, started, deadline)
         finally:
@@ -385,6 +382,10 @@ class Sandbox:
                 wait = max(0.0, min(wait, deadline - time.monotonic()))
             child = self.runtime.take(req, wait)
         except SandboxUnavailable as exc:
+            if req.not_after is not None and time.monotonic() >= deadline:
+                # Its time ran out waiting for a process, not running: a timeout, as when
+                # no place came (tests/sandbox/test_wait_deadline.py).
+                return RunOutcome("timeout", details=_no_process_in_time())
             return RunOutcome("infra", message=str(exc))
         try:
             admitted = link.admit()  # may read the database: an outage raises here
@@ -509,3 +510,8 @@ def _pool_of(child: WarmChild) -> Template:
     """The template that made ``child``: its pid and generation mean something there only."""
     assert child.home is not None  # every child is made by a Template, which sets it
     return child.home
+
+
+def _no_process_in_time() -> dict[str, Any]:
+    """A run whose time ran out before it had a process: not counted against the tool."""
+    return {"reason": "no sandbox process became free in time", "counted": False}
