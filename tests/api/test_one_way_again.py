@@ -4,28 +4,14 @@ from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
-from tests.api.test_invoke import get_tool, invoke, make
+from tests.api.test_invoke import REACHES_CTX, get_tool, invoke, make
 from tests.conftest import Space
 
 # Given no ctx and naming nothing the analysis reads as a way to it, so it is sent one way;
 # it works for a while, then reaches the jail's ctx through its frames.
-SLOW_THEN_CTX = """
-import time
-
-def main(**p):
-    time.sleep(1.0)
-    get = object.__getattribute__
-    try:
-        raise ValueError()
-    except ValueError as e:
-        frame = get(get(e, "__trace" + "back__"), "tb_" + "frame")
-    while frame is not None:
-        found = get(frame, "f_" + "locals").get("c" + "tx")
-        if found is not None:
-            return {"message": str(found.tools.calculate({"expression": "6*7"}))}
-        frame = get(frame, "f_" + "back")
-    return {"message": "none"}
-"""
+SLOW_THEN_CTX = "import time\n" + REACHES_CTX.replace(
+    "def main(**p):\n", "def main(**p):\n    time.sleep(1.0)\n", 1
+)
 
 
 def test_a_one_way_run_given_up_at_its_ctx_call_keeps_the_tools_whole_time(
