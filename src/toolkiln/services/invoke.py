@@ -105,7 +105,11 @@ class InvokeService:
         the token, the tool and the policy come in one statement (``ToolRepo.get_as``)."""
         # No token is a 401 before any connection is taken (and so never a 503).
         hashed = "" if isinstance(credential, Principal) else hash_of(credential.value)
-        with self._uow(readonly=True) as tx:
+        # With nothing else to read (no call id to check, no agent), the read is one
+        # statement: on PostgreSQL no BEGIN and COMMIT around it
+        # (docs/decisions/108-one-read-per-call.md; tests/services/test_invoke_reads.py).
+        alone = bool(hashed) and who.tool_call_id is None and who.agent_id is None
+        with self._uow(readonly=True, one_statement=alone) as tx:
             policy: Policy | None = None
             read_at = time.monotonic()  # the status read below is this old when the run starts
             if isinstance(credential, Principal):
