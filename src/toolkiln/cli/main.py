@@ -201,12 +201,18 @@ def _run_full(args: argparse.Namespace, runtime: Runtime) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    from toolkiln.sandbox.jail import linux
     from toolkiln.sandbox.userns import drop_capabilities
 
     drop_capabilities()  # an unprivileged service holds none (docs/deployment.md)
     if args.command == "runner":
         given = list(sys.argv[1:] if argv is None else argv)
         return runner_cli.main(given[given.index("runner") + 1 :])
+    # Not dumpable: no process of the same uid (the embedded runner of an unprivileged API)
+    # reads its /proc/<pid>/environ, memory or descriptors, or traces it. Not the runner's
+    # rule: newuidmap writes its maps only while it is
+    # (tests/security/test_embedded_unprivileged.py).
+    linux.prctl(linux.PR_SET_DUMPABLE, 0)
     # Commands print their answer; only the server logs what it does as it goes.
     level = logging.INFO if args.command == "serve" else logging.WARNING
     logs.configure(level)  # as TOOLKILN_LOG_FORMAT says once the settings are read (_start)

@@ -31,6 +31,12 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         help="read the runner credential from the first line of standard input",
     )
     p.add_argument(
+        "--map",
+        metavar="START:COUNT",
+        help="as the host's root: become root of a new user namespace mapped to host ids "
+        "START.. before anything else (the embedded runner of a host-root API)",
+    )
+    p.add_argument(
         "--with-stdin",
         action="store_true",
         help="stop (drain) when standard input closes: the process that started it is gone",
@@ -61,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     listen = args.listen or settings.runner_listen
     if not listen:
         return _fail("invalid_setting", "--listen (or TOOLKILN_RUNNER_LISTEN) is required")
-    refusal = _own_namespace(settings)
+    refusal = _own_namespace(settings, args.map)
     if refusal:
         return _fail("sandbox_refused", refusal)
     from toolkiln import telemetry
@@ -81,17 +87,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _own_namespace(settings: RunnerSettings) -> str | None:
+def _own_namespace(settings: RunnerSettings, mapped: str | None) -> str | None:
     """An unprivileged runner makes its own user namespace first, while it has one thread
-    (sandbox/userns.py); what it cannot have without one stops it unless accepted."""
+    (sandbox/userns.py); so does a host-root one told a range (``--map``). What it cannot
+    have without one stops it unless accepted."""
     from toolkiln.sandbox import userns
-    from toolkiln.sandbox.layers import refused
+    from toolkiln.sandbox.layers import Missing, refused
 
     userns.drop_capabilities()  # what a container runtime handed an unprivileged user
-    if settings.sandbox_insecure or userns.shape() != userns.UNPRIVILEGED:
+    missing: list[Missing] = []
+    if mapped is not None and userns.shape() == userns.HOST_ROOT:
+        start, count = (int(x) for x in mapped.split(":"))
+        own = (str(settings.data_dir.resolve()),)
+        why = userns.enter_mapped_namespace(start, count, own)
+        if why is not None:
+            missing = [Missing("runner_uid", f"no user namespace: {why}")]
+    elif settings.sandbox_insecure or userns.shape() != userns.UNPRIVILEGED:
         return None
-    missing = userns.enter_own_namespace(settings.sandbox_subuids)
-    stopping = refused(missing, settings.accepted_layers)
+    else:
+        missing = userns.enter_own_namespace(settings.sandbox_subuids)
+    stopping = [] if settings.sandbox_insecure else refused(missing, settings.accepted_layers)
     for m in missing:
         if m not in stopping:
             logging.getLogger("toolkiln.runner").warning("accepted: %s", m.refusal())

@@ -5,6 +5,12 @@ It is a fresh program (``python -m toolkiln runner``), not a fork of the API: a 
 carry the API's memory, credentials included. Its environment is built from nothing: the
 sandbox settings, and the few variables package installers need (``KEPT``). Its credential,
 made for this start only, reaches it on its standard input, never in its environment.
+
+Of an API that is the host's root it is not the host's root (``OwnIds``): it starts as root
+of a user namespace mapped to an unprivileged host range (``toolkiln runner --map``), in a
+directory, cgroup and socket of that range's first id, and the data directory is closed to
+others (docs/security.md, "Runners: what a compromise reaches";
+tests/security/test_embedded_unprivileged.py).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from toolkiln import telemetry
 from toolkiln.config import SandboxSettings
 from toolkiln.domain.errors import ServiceUnavailable
 from toolkiln.runners.client import RunnerClient
+from toolkiln.sandbox import cgroups, userns
 
 log = logging.getLogger("toolkiln.runners")
 START_S = 120.0  # its sandboxes start (packages of a first start may be fetched later)
@@ -59,23 +66,67 @@ def runner_env(settings: SandboxSettings) -> dict[str, str]:
     return {**env, **telemetry.runner_env(), **settings.sandbox_env()}
 
 
+class OwnIds:
+    """What the embedded runner of a host-root API is given: a range of host ids
+    (``userns.embedded_range``), a directory of its own beside the data directory
+    (``<data>-runner``: its packages, its socket), a cgroup delegated to it; and the data
+    directory loses the permissions of others, which the runner's uid is."""
+
+    def __init__(self, settings: SandboxSettings) -> None:
+        self.outer, self.count = userns.embedded_range(settings.sandbox_subuids)
+        data = settings.data_dir.resolve()
+        os.chmod(data, os.stat(data).st_mode & 0o770)
+        self.home = data.with_name(data.name + "-runner")
+        self.home.mkdir(mode=0o700, exist_ok=True)
+        if os.lstat(self.home).st_uid != self.outer:  # a range changed since: its files too
+            for below, dirs, files in os.walk(self.home):
+                for name in [*dirs, *files]:
+                    path = os.path.join(below, name)
+                    os.chown(path, self.outer, self.outer, follow_symlinks=False)
+        os.chown(self.home, self.outer, self.outer, follow_symlinks=False)
+        os.chmod(self.home, 0o700)
+        parent = settings.sandbox_cgroup
+        self.cgroup = f"{parent}/toolkiln-embedded-{secrets.token_hex(4)}".strip("/")
+        self.cgroups = cgroups.delegate(self.cgroup, self.outer)
+
+    def env(self) -> dict[str, str]:
+        return {
+            "HOME": str(self.home),
+            "TOOLKILN_DATA_DIR": str(self.home),
+            "TOOLKILN_SANDBOX_CGROUP": self.cgroup,
+        }
+
+    def close(self) -> None:
+        cgroups.undelegate(self.cgroups)
+
+
 class LocalRunner:
     """One runner process of this API's own; ``address`` once it answers."""
 
     def __init__(self, settings: SandboxSettings) -> None:
         data = settings.data_dir.resolve()
+        self._argv = [sys.executable, "-m", "toolkiln", "runner"]
+        self._env = runner_env(settings)
+        self._cwd = data
+        self.ids: OwnIds | None = None
+        if userns.shape() == userns.HOST_ROOT:
+            self.ids = OwnIds(settings)
+            self._env |= self.ids.env()
+            self._cwd = self.ids.home
         # A socket of this process's own: other processes on the same data directory (a
         # second `serve`, `toolkiln mcp`) start runners of their own. Under /tmp when the
         # data directory's path is too long for a Unix socket (108 bytes).
-        path = data / f"runner-{secrets.token_hex(6)}.sock"
+        path = self._cwd / f"runner-{secrets.token_hex(6)}.sock"
         if len(str(path)) > 100:
             path = Path(tempfile.mkdtemp(prefix="toolkiln-runner-")) / "runner.sock"
+            if self.ids is not None:
+                os.chown(path.parent, self.ids.outer, self.ids.outer)
         self.path = path
         self.address = f"unix:{path}"
         self.token = secrets.token_urlsafe(32)
-        self._argv = [sys.executable, "-m", "toolkiln", "runner", "--listen", self.address]
-        self._env = runner_env(settings)
-        self._cwd = data
+        self._argv += ["--listen", self.address]
+        if self.ids is not None:
+            self._argv += ["--map", f"{self.ids.outer}:{self.ids.count}"]
         self._stopping = threading.Event()
         self.restarts = 0
         self.proc = self._spawn()
@@ -173,6 +224,8 @@ class LocalRunner:
         _close_stdin(self.proc)
         with contextlib.suppress(OSError):
             self.path.unlink()
+        if self.ids is not None:
+            self.ids.close()
 
 
 def _close_stdin(proc: subprocess.Popen[bytes]) -> None:

@@ -338,3 +338,52 @@ def _thread_call(number: int, *args: int) -> None:
     if _libc.syscall(ctypes.c_long(number), *(ctypes.c_long(a) for a in args)) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"system call {number}: {os.strerror(err)}")
+
+
+V1_DELEGATED = ("memory", "pids", "cpu")
+# A new group competes as one task: every call of a delegated runner would share one task's
+# CPU on a busy host. It gets the weight of as many tasks as a sandbox runs at once, as the
+# sandbox gives its own groups (Cgroups._weigh).
+DELEGATED_CPU_SHARES = 1024 * 32
+
+
+def delegate(name: str, uid: int) -> list[Path]:
+    """What an operator does for a runner of an unprivileged user (sandbox/layers.py, HOW):
+    a cgroup ``name`` (below each v1 hierarchy, or the v2 root that has memory and pids)
+    owned by ``uid``, for the runner to make its slots in. By the host's root; returns the
+    directories made, for ``undelegate``."""
+    v2 = next((p for p in V2_CANDIDATES if Cgroups._v2_has(p, {"memory", "pids"})), None)
+    if v2 is not None:
+        made = [v2 / name]
+        made[0].mkdir(parents=True, exist_ok=True)
+        wanted = "+memory +pids" + (" +cpu" if Cgroups._v2_has(v2, {"cpu"}) else "")
+        for parent in reversed(made[0].parents[: len(Path(name).parts)]):  # down to it
+            with contextlib.suppress(OSError):
+                (parent / "cgroup.subtree_control").write_text(wanted)
+    elif (V1 / "memory" / "cgroup.procs").exists():
+        made = [V1 / c / name for c in V1_DELEGATED if (V1 / c / "cgroup.procs").exists()]
+        for path in made:
+            path.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(OSError):
+            (V1 / "cpu" / name / "cpu.shares").write_text(str(DELEGATED_CPU_SHARES))
+    else:
+        return []
+    for path in made:
+        os.chown(path, uid, uid)
+        for f in path.iterdir():
+            if f.is_file():
+                os.chown(f, uid, uid)
+    return made
+
+
+def undelegate(made: list[Path]) -> None:
+    """Removes what ``delegate`` made and what the runner left in it, deepest first."""
+    for path in made:
+        if not path.exists():
+            continue
+        for sub in sorted(path.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+            if sub.is_dir():
+                with contextlib.suppress(OSError):
+                    sub.rmdir()
+        with contextlib.suppress(OSError):
+            path.rmdir()

@@ -28,6 +28,7 @@ WHAT = {
     "uid": "an unprivileged uid of its own for each concurrent call",
     "rlimits": "per-process resource limits",
     "cgroup": "per-call-tree memory, CPU and process limits (a cgroup)",
+    "runner_uid": "the runner itself at an unprivileged host uid, not the host's root",
 }
 
 HOW = {
@@ -47,6 +48,10 @@ HOW = {
     "USER /sys/fs/cgroup/memory/NAME`, the same for pids and cpu); on cgroup v2 a directory "
     "owned by the user with memory and pids in its parent's cgroup.subtree_control "
     "(systemd: Delegate=yes)",
+    "runner_uid": "a kernel with user namespaces (sysctl user.max_user_namespaces above 0) "
+    "that lets the host's root map a range of ids (TOOLKILN_SANDBOX_SUBUIDS, or the range of "
+    "the user toolkiln in /etc/subuid and /etc/subgid), or run the API as an unprivileged "
+    "user",
 }
 
 

@@ -16,7 +16,9 @@ import os
 import pwd
 import shutil
 import subprocess
+import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,17 +110,8 @@ def drop_capabilities() -> None:
 
 def _ranges(path: str, user: pwd.struct_passwd) -> list[tuple[int, int]]:
     """``user``'s ranges in /etc/subuid or /etc/subgid (by name or number)."""
-    found = []
-    try:
-        text = Path(path).read_text()
-    except OSError:
-        return []
-    for line in text.splitlines():
-        parts = line.strip().split(":")
-        if len(parts) == 3 and parts[0] in (user.pw_name, str(user.pw_uid)):
-            if parts[1].isdigit() and parts[2].isdigit():
-                found.append((int(parts[1]), int(parts[2])))
-    return found
+    names = (user.pw_name, str(user.pw_uid))
+    return [(start, count) for who, start, count in _all_ranges(path) if who in names]
 
 
 def _wanted(chosen: str | None, path: str, user: pwd.struct_passwd) -> tuple[int, int] | str:
@@ -160,8 +153,26 @@ def _enter(user: pwd.struct_passwd, subuids: str | None) -> str | None:
     if len(tools) != 2:
         return "newuidmap and newgidmap are not installed (Debian's uidmap package)"
     me, group = os.geteuid(), os.getegid()
-    # A helper forked before the unshare writes the maps: newuidmap is set-uid root, which
-    # works only from outside the new namespace.
+
+    def write(parent: str) -> str | None:
+        # newuidmap is set-uid root, which works only from outside the new namespace.
+        maps = [
+            [tools[0], parent, "0", str(me), "1", "1", str(uids[0]), str(uids[1])],
+            [tools[1], parent, "0", str(group), "1", "1", str(gids[0]), str(gids[1])],
+        ]
+        for argv in maps:
+            run = subprocess.run(argv, capture_output=True, text=True, check=False)
+            if run.returncode != 0:
+                return run.stderr.strip()[-400:] or "failed"
+        return None
+
+    why = _unshare_mapped(write)
+    return None if why is None else f"newuidmap/newgidmap: {why}"
+
+
+def _unshare_mapped(write: Callable[[str], str | None]) -> str | None:
+    """``unshare(CLONE_NEWUSER)`` with this process's maps written by a helper forked
+    before it (a map is written from outside the new namespace), then root in it."""
     ready_r, ready_w = os.pipe()
     done_r, done_w = os.pipe()
     helper = os.fork()
@@ -171,18 +182,13 @@ def _enter(user: pwd.struct_passwd, subuids: str | None) -> str | None:
         code = 1
         try:
             if os.read(ready_r, 1) == b"u":
-                parent = str(os.getppid())
-                maps = [
-                    [tools[0], parent, "0", str(me), "1", "1", str(uids[0]), str(uids[1])],
-                    [tools[1], parent, "0", str(group), "1", "1", str(gids[0]), str(gids[1])],
-                ]
-                for argv in maps:
-                    run = subprocess.run(argv, capture_output=True, text=True, check=False)
-                    if run.returncode != 0:
-                        os.write(done_w, run.stderr.strip().encode()[-400:] or b"failed")
-                        break
-                else:
+                why = write(str(os.getppid()))
+                if why is None:
                     code = 0
+                else:
+                    os.write(done_w, why.encode()[-400:] or b"failed")
+        except BaseException as exc:  # the helper says why, and never returns to the caller
+            os.write(done_w, f"{type(exc).__name__}: {exc}".encode()[-400:])
         finally:
             os._exit(code)
     os.close(ready_r)
@@ -191,6 +197,7 @@ def _enter(user: pwd.struct_passwd, subuids: str | None) -> str | None:
         linux.unshare(CLONE_NEWUSER)
     except OSError as exc:
         os.close(ready_w)
+        os.close(done_r)
         os.waitpid(helper, 0)
         return f"unshare(CLONE_NEWUSER): {exc} (sysctl user.max_user_namespaces)"
     os.write(ready_w, b"u")
@@ -201,8 +208,124 @@ def _enter(user: pwd.struct_passwd, subuids: str | None) -> str | None:
     os.close(done_r)
     _, status = os.waitpid(helper, 0)
     if status != 0:
-        return f"newuidmap/newgidmap: {told.decode(errors='replace') or 'failed'}"
+        return told.decode(errors="replace") or "failed"
     os.setresgid(0, 0, 0)
     os.setresuid(0, 0, 0)
     os.setgroups([])
     return None
+
+
+# The embedded runner of an API that is the host's root (runners/local.py) is root of a
+# user namespace mapped to this range of host ids, unless TOOLKILN_SANDBOX_SUBUIDS names
+# one: the range of the user ``toolkiln`` in both /etc/subuid and /etc/subgid if listed,
+# else one above every range listed there, from DEFAULT_OUTER (0x70000000: above what
+# useradd hands out from 100,000 and systemd-nspawn's container ranges, below 2^31).
+EMBEDDED_USER = "toolkiln"
+DEFAULT_OUTER = 0x70000000
+RANGE = 65_536  # ids 0 .. 65,535 in the namespace: the runner and its per-call uids
+
+
+def embedded_range(chosen: str | None) -> tuple[int, int]:
+    """(first host id, count) for the embedded runner of a host-root API
+    (docs/deployment.md, "The embedded runner as the host's root")."""
+    if chosen is not None:
+        start, count = (int(x) for x in chosen.split(":"))
+        return start, count
+    listed = {f: _all_ranges(f) for f in ("/etc/subuid", "/etc/subgid")}
+    try:
+        user = pwd.getpwnam(EMBEDDED_USER)
+        names = {user.pw_name, str(user.pw_uid)}
+    except KeyError:
+        names = {EMBEDDED_USER}
+    mine = [{(s, n) for who, s, n in listed[f] if who in names and n >= RANGE} for f in listed]
+    both = mine[0] & mine[1]
+    if both:
+        return min(both)[0], RANGE
+    ends = [s + n for f in listed for _, s, n in listed[f]]
+    start = max([DEFAULT_OUTER, *ends])
+    return -(-start // RANGE) * RANGE, RANGE
+
+
+def _all_ranges(path: str) -> list[tuple[str, int, int]]:
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return []
+    found = []
+    for line in text.splitlines():
+        parts = line.strip().split(":")
+        if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
+            found.append((parts[0], int(parts[1]), int(parts[2])))
+    return found
+
+
+def enter_mapped_namespace(outer: int, count: int, own: tuple[str, ...] = ()) -> str | None:
+    """The host's root (a single-threaded runner, before anything else) becomes root of a
+    new user namespace whose ids 0 .. count-1 are host ids ``outer`` ..: a process of an
+    unprivileged host uid from here on, the second shape. First, in a mount namespace of
+    its own, the interpreter and this package are laid open to it when a directory above
+    them is closed to others (a venv on pyenv under /root, mode 700): only those
+    directories, read-only, and its ``own`` directories (its data directory, made for that
+    range's first id), writable. Returns why not, or None once inside
+    (tests/security/test_embedded_unprivileged.py)."""
+    if shape() != HOST_ROOT:
+        return "only the host's root maps a range of its choice"
+    if threading.active_count() != 1:
+        return "the runner started threads before making its user namespace"
+    try:
+        linux.unshare(linux.CLONE_NEWNS)
+        # Nothing of what follows reaches the host's mounts; the host's still reach here.
+        linux.mount(None, "/", None, linux.MS_REC | linux.MS_SLAVE)
+        _lay_open({**dict.fromkeys(_needed(), False), **dict.fromkeys(own, True)})
+    except OSError as exc:
+        return f"a mount namespace for the runner: {exc}"
+
+    def write(parent: str) -> str | None:
+        for kind in ("uid", "gid"):
+            Path(f"/proc/{parent}/{kind}_map").write_text(f"0 {outer} {count}\n")
+        return None
+
+    why = _unshare_mapped(write)
+    if why is not None:
+        return why
+    # Dumpable again, as a runner started in its namespace is (its uid change made it
+    # not): its templates read their own /proc as root of the namespace.
+    linux.prctl(linux.PR_SET_DUMPABLE, 1)
+    return None
+
+
+def _needed() -> list[str]:
+    """What the runner reads of the host's that is not its own: the interpreter's prefix,
+    the venv's, and this package's directory (an editable install: the checkout's src)."""
+    import toolkiln
+
+    here = Path(toolkiln.__file__).resolve().parent.parent
+    found = {os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, here)}
+    return sorted(found)
+
+
+def _lay_open(paths: dict[str, bool]) -> None:
+    """For each path whose way down passes a directory others may not search: a tmpfs over
+    the highest such directory, with only those paths bound back into it, read-only unless
+    marked writable. What else that directory holds (root's home, say) stays out of sight."""
+    covers: dict[str, list[str]] = {}
+    for path in paths:
+        parts = Path(path).parts
+        for i in range(2, len(parts)):
+            above = str(Path(*parts[:i]))
+            if not os.stat(above).st_mode & 0o001:
+                covers.setdefault(above, []).append(path)
+                break
+    for above, below in covers.items():
+        held = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in below}
+        mode = os.stat(above).st_mode & 0o7777 | 0o111  # searchable, not listable, by others
+        opts = f"size=64k,mode={mode:o}"
+        linux.mount("tmpfs", above, "tmpfs", linux.MS_NOSUID | linux.MS_NODEV, opts)
+        for path, fd in held.items():
+            os.makedirs(path, mode=0o711, exist_ok=True)
+            try:
+                linux.mount(f"/proc/self/fd/{fd}", path, None, linux.MS_BIND | linux.MS_REC)
+            finally:
+                os.close(fd)
+            ro = 0 if paths[path] else linux.MS_RDONLY
+            linux.mount(None, path, None, linux.MS_REMOUNT | linux.MS_BIND | linux.MS_NOSUID | ro)

@@ -18,7 +18,16 @@ PYTHON = "python"
 JAVASCRIPT = "javascript"
 # The isolation layers by name (the host's sandbox/layers.py says what each is and how a host
 # gives it): a template reports each one it could not set up under one of these.
-LAYERS = ("namespaces", "readonly_root", "seccomp", "no_new_privs", "uid", "rlimits", "cgroup")
+LAYERS = (
+    "namespaces",
+    "readonly_root",
+    "seccomp",
+    "no_new_privs",
+    "uid",
+    "rlimits",
+    "cgroup",
+    "runner_uid",  # the runner's own: the embedded runner of a host-root API (userns.py)
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,167 @@
+"""The embedded runner is the API's "own unprivileged child" (CONTRACT 12): of an API that is
+the host's root it is root of a user namespace mapped to an unprivileged host range, so code
+that escapes a jail lands at a host uid that opens nothing of the API's (its database, its
+data directory's keys, its /proc environment and memory); and every API process is not
+dumpable, so a runner of the same uid (an unprivileged API's) cannot read it either
+(docs/security.md, "Runners: what a compromise reaches"; docs/decisions/221-*.md)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import free_port
+from tests.deploy.podman import host_view
+from tests.reliability.harness import Serve, admin, wait_for
+from tests.runners.harness import cmdline, descendants
+from tests.runners.rootless import Delegated, RootlessRunner, make_host, why_not
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("nsenter") is None or shutil.which("setpriv") is None,
+    reason="the API as the host's root, and util-linux's nsenter and setpriv to probe",
+)
+TOKEN = "tk_embedded-unpriv-" + secrets.token_hex(6)
+LLM_KEY = "sk-embedded-" + secrets.token_hex(12)
+UID = "import os\ndef main(**p):\n    return {'message': 'ran', 'rawData': [os.getuid()]}\n"
+INNER = "def main(**p):\n    return {'message': 'inner ' + str(p.get('n'))}\n"
+OUTER = "def handle(input, ctx):\n    return ctx.tools['inner']({'n': 7})\n"
+
+
+def _runner_of(api: Serve) -> int | None:
+    found = [p for p in descendants(api.proc.pid) if " -m toolkiln runner " in cmdline(p)]
+    return found[0] if len(found) == 1 else None
+
+
+def _mapping(pid: int) -> tuple[int, int, int]:
+    """The first line of ``pid``'s uid_map: (inside, outside, count)."""
+    inside, outside, count = Path(f"/proc/{pid}/uid_map").read_text().split("\n")[0].split()
+    return int(inside), int(outside), int(count)
+
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[tuple[Serve, Path]]:
+    # Under a directory every uid may search (pytest's own is root's alone): what keeps the
+    # runner out is the data directory's mode, not the way to it.
+    base = Path(tempfile.mkdtemp(prefix="toolkiln-embedded-", dir="/var/tmp"))
+    base.chmod(0o755)
+    env = {"TOOLKILN_BOOTSTRAP_TOKEN": TOKEN, "TOOLKILN_LLM_API_KEY": LLM_KEY}
+    api = Serve(base / "data", env).wait_ready(180)
+    try:
+        yield api, base / "data"
+    finally:
+        api.terminate(60)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _unprivileged_runner(api: Serve) -> tuple[int, int]:
+    """The runner's pid and host uid, once its whole tree holds none but ids of its range."""
+    runner = wait_for("the runner", lambda: _runner_of(api), 60)
+    inside, outer, count = _mapping(runner)
+    assert (inside, count) != (0, 4294967295), "the runner is in the host's user namespace"
+    tree = [v for v in (host_view(p) for p in [runner, *descendants(runner)]) if v]
+    assert len(tree) > 1, "no template under the runner"
+    for view in tree:
+        assert 0 not in view.uids, view
+        assert all(outer <= u < outer + count for u in view.uids), (view, outer, count)
+    assert tree[0].uids == (outer,) * 4
+    return runner, outer
+
+
+def test_every_kind_of_call_runs_under_a_runner_without_host_root(
+    served: tuple[Serve, Path],
+) -> None:
+    api, _ = served
+    with httpx.Client(base_url=api.base, headers=admin(TOKEN), timeout=60) as http:
+        got = http.post("/v1/run-code", json={"language": "python", "code": UID}).json()["data"]
+        assert got["status"] == "ok", got
+        assert 20_000 <= got["raw_data"][0] < 65_534  # a per-call id of the namespace
+        _unprivileged_runner(api)
+        js = {"language": "javascript", "code": "function main(p) { return {message: 'js'} }"}
+        assert http.post("/v1/run-code", json=js).json()["data"]["message"] == "js"
+        ws = http.get("/v1/workspaces").json()["data"][0]["id"]
+        made = {}
+        for name, code in (("inner", INNER), ("outer", OUTER)):
+            body = {"workspace_id": ws, "name": name, "language": "python", "code": code}
+            r = http.post("/v1/custom-tools", json={**body, "input_schema": {"type": "object"}})
+            assert r.status_code == 201, r.text  # its code check ran on the runner
+            made[name] = r.json()["data"]["id"]
+        done = http.post(f"/v1/custom-tools/{made['inner']}/invoke", json={"input": {"n": 1}})
+        assert done.json()["data"]["message"] == "inner 1", done.text
+        done = http.post(f"/v1/custom-tools/{made['outer']}/invoke", json={"input": {}})
+        data = done.json()["data"]
+        assert data["message"] == "inner 7" and data["ctx_calls"] == 1, done.text
+        bad = {"workspace_id": ws, "name": "bad", "language": "python", "code": "def main(:\n"}
+        r = http.post("/v1/custom-tools", json={**bad, "input_schema": {"type": "object"}})
+        assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_tool", r.text
+
+
+def test_the_runner_opens_nothing_of_the_apis(served: tuple[Serve, Path]) -> None:
+    """Probed with exactly the runner's powers: its user and mount namespaces, as their root
+    (nsenter), and as its host uid alone (setpriv)."""
+    api, data = served
+    with httpx.Client(base_url=api.base, headers=admin(TOKEN), timeout=60) as http:
+        assert (
+            http.post("/v1/run-code", json={"language": "python", "code": UID}).status_code == 200
+        )
+    runner, outer = _unprivileged_runner(api)
+    assert (data / "toolkiln.db").exists() and (data / "secrets.key").exists()
+    targets = [
+        data / "toolkiln.db",
+        data / "secrets.key",
+        Path(f"/proc/{api.proc.pid}/environ"),
+        Path(f"/proc/{api.proc.pid}/mem"),
+    ]
+    as_runner = ["nsenter", "-t", str(runner), "-U", "-m", "--"]
+    as_uid = ["setpriv", f"--reuid={outer}", f"--regid={outer}", "--clear-groups"]
+    for prefix in (as_runner, as_uid):
+        for target in targets:
+            probe = subprocess.run(
+                [*prefix, "cat", str(target)], capture_output=True, text=True, check=False
+            )
+            assert probe.returncode != 0, f"{prefix[0]} read {target}"
+            assert "Permission denied" in probe.stderr, (target, probe.stderr)
+        listing = subprocess.run([*prefix, "ls", str(data)], capture_output=True, check=False)
+        assert listing.returncode != 0, f"{prefix[0]} listed the data directory"
+
+
+def test_an_unprivileged_apis_runner_cannot_read_it() -> None:
+    """An API of an unprivileged user and its embedded runner's top process share a host uid:
+    the API is not dumpable, so that uid opens neither its environment nor its memory."""
+    if (why := why_not()) is not None:
+        pytest.skip(why)
+    host = make_host()
+    cgroup = Delegated(host.user.pw_uid).make()
+    port = free_port()
+    api = RootlessRunner(host, "subuid", cgroup, serve=port, TOOLKILN_BOOTSTRAP_TOKEN=TOKEN)
+    try:
+
+        def healthy() -> bool:
+            assert api.proc.poll() is None, api.output()
+            try:
+                return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_for("the unprivileged API", healthy, 180)
+        (view,) = [v for v in [host_view(api.proc.pid)] if v]
+        assert view.uids == (host.user.pw_uid,) * 4
+        name = host.user.pw_name
+        as_api = ["setpriv", "--reuid", name, "--regid", name, "--clear-groups"]
+        for what in ("environ", "mem"):
+            target = f"/proc/{api.proc.pid}/{what}"
+            probe = subprocess.run(
+                [*as_api, "cat", target], capture_output=True, text=True, check=False
+            )
+            assert probe.returncode != 0 and "Permission denied" in probe.stderr, probe.stderr
+    finally:
+        api.stop()
+        cgroup.remove()
+        shutil.rmtree(host.base, ignore_errors=True)
