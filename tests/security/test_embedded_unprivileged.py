@@ -123,11 +123,9 @@ def test_the_runner_opens_nothing_of_the_apis(served: tuple[Serve, Path]) -> Non
     as_uid = ["setpriv", f"--reuid={outer}", f"--regid={outer}", "--clear-groups"]
     for prefix in (as_runner, as_uid):
         for target in targets:
-            probe = subprocess.run(
-                [*prefix, "cat", str(target)], capture_output=True, text=True, check=False
-            )
+            probe = subprocess.run([*prefix, "cat", str(target)], capture_output=True, check=False)
             assert probe.returncode != 0, f"{prefix[0]} read {target}"
-            assert "Permission denied" in probe.stderr, (target, probe.stderr)
+            assert b"Permission denied" in probe.stderr, (target, probe.stderr)
         listing = subprocess.run([*prefix, "ls", str(data)], capture_output=True, check=False)
         assert listing.returncode != 0, f"{prefix[0]} listed the data directory"
 
