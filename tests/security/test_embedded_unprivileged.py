@@ -163,3 +163,29 @@ def test_an_unprivileged_apis_runner_cannot_read_it() -> None:
         api.stop()
         cgroup.remove()
         shutil.rmtree(host.base, ignore_errors=True)
+
+
+def test_a_runner_that_cannot_leave_host_root_is_refused_unless_accepted(tmp_path: Path) -> None:
+    """A range the runner cannot be mapped to (here: one holding the host's uid 0) stops the
+    start, naming the ``runner_uid`` layer; accepted, the runner runs as the host's root and
+    /healthz lists the layer (ready: the operator chose it)."""
+    env = {"TOOLKILN_BOOTSTRAP_TOKEN": TOKEN, "TOOLKILN_SANDBOX_SUBUIDS": "0:65536"}
+    refused = Serve(tmp_path / "refused" / "data", env)
+    try:
+        assert refused.proc.wait(180) != 0
+    finally:
+        refused.kill()
+    said = refused.output()
+    assert "runner_uid" in said and "TOOLKILN_SANDBOX_ACCEPT=runner_uid" in said, said
+    accepted = Serve(
+        tmp_path / "accepted" / "data", env | {"TOOLKILN_SANDBOX_ACCEPT": "runner_uid"}
+    )
+    try:
+        accepted.wait_ready(180)
+        health = httpx.get(f"{accepted.base}/healthz", timeout=10).json()
+        parts = [d["part"] for d in health["degraded"]]
+        assert "runtime.python.layer.runner_uid" in parts, health
+        runner = wait_for("the runner", lambda: _runner_of(accepted), 60)
+        assert _mapping(runner) == (0, 0, 4294967295)  # the host's root, as accepted
+    finally:
+        accepted.terminate(60)

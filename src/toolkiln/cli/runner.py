@@ -16,6 +16,7 @@ from pydantic import SecretStr, ValidationError
 
 if TYPE_CHECKING:
     from toolkiln.config import RunnerSettings
+    from toolkiln.sandbox.layers import Missing
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -67,16 +68,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     listen = args.listen or settings.runner_listen
     if not listen:
         return _fail("invalid_setting", "--listen (or TOOLKILN_RUNNER_LISTEN) is required")
-    refusal = _own_namespace(settings, args.map)
-    if refusal:
-        return _fail("sandbox_refused", refusal)
+    from toolkiln.sandbox.layers import refused
+
+    missing = _own_namespace(settings, args.map)
+    stopping = [] if settings.sandbox_insecure else refused(missing, settings.accepted_layers)
+    if stopping:
+        return _fail("sandbox_refused", "; ".join(m.refusal() for m in stopping))
     from toolkiln import telemetry
     from toolkiln.runners.process import serve
     from toolkiln.sandbox.pool import LayerRefused
 
     try:
         telemetry.configure()  # off without OTEL_* settings
-        serve(listen, settings, token, until_closed=sys.stdin.fileno() if args.with_stdin else None)
+        until = sys.stdin.fileno() if args.with_stdin else None
+        serve(listen, settings, token, until, missing)
     except LayerRefused as exc:
         return _fail("sandbox_refused", str(exc))
     except Exception as exc:  # a start-up failure is one line, not a traceback
@@ -87,12 +92,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _own_namespace(settings: RunnerSettings, mapped: str | None) -> str | None:
+def _own_namespace(settings: RunnerSettings, mapped: str | None) -> list[Missing]:
     """An unprivileged runner makes its own user namespace first, while it has one thread
-    (sandbox/userns.py); so does a host-root one told a range (``--map``). What it cannot
-    have without one stops it unless accepted."""
+    (sandbox/userns.py); so does a host-root one told a range (``--map``). Returns what it
+    could not have without one: it stops the start unless accepted
+    (tests/security/test_embedded_unprivileged.py)."""
     from toolkiln.sandbox import userns
-    from toolkiln.sandbox.layers import Missing, refused
+    from toolkiln.sandbox.layers import Missing
 
     userns.drop_capabilities()  # what a container runtime handed an unprivileged user
     missing: list[Missing] = []
@@ -103,14 +109,13 @@ def _own_namespace(settings: RunnerSettings, mapped: str | None) -> str | None:
         if why is not None:
             missing = [Missing("runner_uid", f"no user namespace: {why}")]
     elif settings.sandbox_insecure or userns.shape() != userns.UNPRIVILEGED:
-        return None
+        return []
     else:
         missing = userns.enter_own_namespace(settings.sandbox_subuids)
-    stopping = [] if settings.sandbox_insecure else refused(missing, settings.accepted_layers)
     for m in missing:
-        if m not in stopping:
+        if settings.sandbox_insecure or m.layer in settings.accepted_layers:
             logging.getLogger("toolkiln.runner").warning("accepted: %s", m.refusal())
-    return "; ".join(m.refusal() for m in stopping) or None
+    return missing
 
 
 def _fail(code: str, message: str) -> int:

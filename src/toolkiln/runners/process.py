@@ -16,7 +16,7 @@ import shutil
 import signal
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import grpc
@@ -25,6 +25,7 @@ from toolkiln.config import RunnerSettings, SandboxSettings
 from toolkiln.runners.host import RunnerHost
 from toolkiln.runners.server import RunnerService, make_server
 from toolkiln.sandbox.checks import CheckerPool
+from toolkiln.sandbox.layers import Missing
 from toolkiln.sandbox.packages import JsPackageStore, PackageStore
 from toolkiln.sandbox.runner import Limits, Sandbox
 from toolkiln.sandbox.sandboxes import javascript_sandbox, python_sandbox
@@ -59,9 +60,13 @@ def sandboxes_for(settings: SandboxSettings) -> dict[str, Sandbox]:
     return {"python": python, "javascript": javascript}
 
 
-def host_for(settings: SandboxSettings) -> RunnerHost:
-    """A runner's sandboxes and code checkers, started (a spare checker in the background)."""
+def host_for(settings: SandboxSettings, missing: Sequence[Missing] = ()) -> RunnerHost:
+    """A runner's sandboxes and code checkers, started (a spare checker in the background);
+    ``missing``: the layers the runner process itself runs without, accepted (listed by
+    /healthz with the sandboxes' own)."""
     sandboxes = sandboxes_for(settings)
+    for box in sandboxes.values():
+        box.runner_missing = tuple(missing)
     checks = CheckerPool(strict=not settings.sandbox_insecure)
     checks.warm()
     return RunnerHost(sandboxes, checks)
@@ -81,13 +86,17 @@ def server_credentials(settings: RunnerSettings) -> grpc.ServerCredentials | Non
 
 
 def serve(
-    listen: str, settings: RunnerSettings, token: str, until_closed: int | None = None
+    listen: str,
+    settings: RunnerSettings,
+    token: str,
+    until_closed: int | None = None,
+    missing: Sequence[Missing] = (),
 ) -> None:
     """Serve until a stop signal, or until ``until_closed`` reads end of file (the pipe from
     the API process that started it: it ends when that process does, even killed), then
     drain and close. tests/runners/test_embedded.py guards the second."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    host = host_for(settings)
+    host = host_for(settings, missing)
     service = RunnerService(host)
     path = None
     if listen.startswith("unix:"):

@@ -27,7 +27,7 @@ from toolkiln.sandbox.cgroups import Cgroups
 from toolkiln.sandbox.fair import FairShare
 from toolkiln.sandbox.jail import protocol
 from toolkiln.sandbox.jail.config import JailConfig
-from toolkiln.sandbox.layers import refused
+from toolkiln.sandbox.layers import Missing, refused
 from toolkiln.sandbox.packages import PackageStore
 from toolkiln.sandbox.pool import LayerRefused, SandboxUnavailable, Template, WarmChild
 from toolkiln.sandbox.session import Session
@@ -149,6 +149,8 @@ class Sandbox:
     ) -> None:
         self.runtime = runtime
         self.language = runtime.language
+        # Layers the runner itself started without, accepted (cli/runner.py: runner_uid).
+        self.runner_missing: tuple[Missing, ...] = ()
         self.limits = limits or Limits()
         self.packages = packages
         self.strict = strict
@@ -277,7 +279,7 @@ class Sandbox:
 
     def missing_layers(self) -> list[dict[str, str]]:
         """Each layer some template of this sandbox runs without, once, with why."""
-        seen: dict[str, str] = {}
+        seen: dict[str, str] = {m.layer: m.reason for m in self.runner_missing}
         for template in self.templates():
             for m in template.missing:
                 seen.setdefault(m.layer, m.reason)

@@ -270,6 +270,10 @@ def enter_mapped_namespace(outer: int, count: int, own: tuple[str, ...] = ()) ->
     (tests/security/test_embedded_unprivileged.py)."""
     if shape() != HOST_ROOT:
         return "only the host's root maps a range of its choice"
+    if outer < 1 or count < 1 or outer + count > 4294967295:
+        # Checked before the namespace is made: a map refused after it would leave this
+        # process in a namespace with no ids, where running on (accepted) means nothing.
+        return f"{outer}:{count} is not a range of unprivileged host ids (1 .. 4294967294)"
     if threading.active_count() != 1:
         return "the runner started threads before making its user namespace"
     try:
