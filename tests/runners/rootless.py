@@ -14,7 +14,6 @@ cgroup v1 hierarchy owned by the runner's host uid.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import pwd
 import secrets
@@ -26,11 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.reliability.harness import wait_for
+from toolkiln.sandbox import cgroups
 
 USER = "toolkiln-rl"
 RANGE = 65536
 SYSTEM_PYTHON = Path("/usr/bin/python3")
-CONTROLLERS = ("memory", "pids", "cpu")
+CONTROLLERS = cgroups.V1_DELEGATED
 SHAPES = ("subuid", "namespace-root")
 
 
@@ -123,28 +123,15 @@ class Delegated:
         return [Path("/sys/fs/cgroup") / c / self.name for c in CONTROLLERS]
 
     def make(self, owned: bool = True) -> Delegated:
+        if owned:  # as the API delegates to its embedded runner (cgroups.delegate)
+            cgroups.delegate(self.name, self.uid)
+            return self
         for path in self.paths():
             path.mkdir(exist_ok=True)
-            if owned:
-                os.chown(path, self.uid, -1)
-                for f in path.iterdir():
-                    os.chown(f, self.uid, -1)
-        # A new group competes as one task: on a busy host every call of the runner would
-        # share one task's CPU. The weight of as many tasks as a sandbox runs at once, as
-        # the sandbox gives its own groups (cgroups.py, _weigh); the operator's to choose.
-        (self.paths()[2] / "cpu.shares").write_text(str(1024 * 32))
         return self
 
     def remove(self) -> None:
-        for path in self.paths():
-            if not path.exists():
-                continue
-            for sub in sorted(path.rglob("*"), key=lambda p: len(p.parts), reverse=True):
-                if sub.is_dir():
-                    with contextlib.suppress(OSError):
-                        sub.rmdir()
-            with contextlib.suppress(OSError):
-                path.rmdir()
+        cgroups.undelegate(self.paths())
 
 
 @dataclass
