@@ -14,12 +14,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 
+from toolkiln.api.runner_metrics import RunnerMetrics
 from toolkiln.domain.code_check import analyse
 from toolkiln.domain.execution import RunOutcome, RunRequest
 from toolkiln.domain.fair import FairShare
 from toolkiln.runners import server as server_module
 from toolkiln.runners.client import RunnerClient, start_of
+from toolkiln.runners.fleet import Fleet
 from toolkiln.runners.server import RunnerService, make_server
 
 TOKEN = "one-way-token"
@@ -115,16 +118,29 @@ def request(one_way: bool, workspace: str = "w", **given: Any) -> RunRequest:
 def test_code_given_no_ctx_runs_one_way_and_other_code_on_the_stream(
     runner: tuple[Sandbox, Host, RunnerClient],
 ) -> None:
-    sandbox, host, client = runner
-    log: list[str] = []
-    outcome = client.run(start_of(request(True), "s1", True), Link("a", log))
-    assert outcome.kind == "return" and outcome.value == {"got": []}
-    outcome = client.run(start_of(request(False, ctx=2), "s2", True), Link("b", log))
-    assert outcome.kind == "return" and outcome.value == {"got": [0, 2]}
-    assert sandbox.links == ["OneWayLink", "StreamLink"]
-    # A one-way run admitted as sent is not asked again; its end is noted, as a stream's.
-    assert log == ["a ended", "b ended"]
-    assert host.started == 2 and client.runs == 2
+    sandbox, host, given = runner
+    fleet = Fleet([given.address], TOKEN, watch=False)  # the API's own client of the runner
+    try:
+        (client,) = fleet.runners()
+        log: list[str] = []
+        outcome = client.run(start_of(request(True), "s1", True), Link("a", log))
+        assert outcome.kind == "return" and outcome.value == {"got": []}
+        outcome = client.run(start_of(request(False, ctx=2), "s2", True), Link("b", log))
+        assert outcome.kind == "return" and outcome.value == {"got": [0, 2]}
+        assert sandbox.links == ["OneWayLink", "StreamLink"]
+        # A one-way run admitted as sent is not asked again; its end is noted, as a stream's.
+        assert log == ["a ended", "b ended"]
+        assert host.started == 2 and client.runs == 2
+        # How each went, on /metrics: the API's collector over the fleet's status.
+        assert client.paths == {"one_way": 1, "stream": 1}
+        registry = CollectorRegistry()
+        registry.register(RunnerMetrics(fleet.status))
+        shown = generate_latest(registry).decode()
+        for path in ("one_way", "stream"):
+            line = f'toolkiln_runner_run_paths_total{{path="{path}",runner="{client.address}"}}'
+            assert f"{line} 1.0" in shown, shown
+    finally:
+        fleet.close()
 
 
 def test_a_one_way_run_whose_code_calls_ctx_is_run_again_on_the_stream(
@@ -137,6 +153,7 @@ def test_a_one_way_run_whose_code_calls_ctx_is_run_again_on_the_stream(
     assert sandbox.links == ["OneWayLink", "StreamLink"]
     # Given up at its first ctx call, it ran again from the start, its admission asked.
     assert log == ["a admitted", "a ended"]
+    assert client.paths == {"ctx": 1}
 
 
 def test_a_one_way_run_whose_process_was_late_is_admitted_again_before_each_later_try(
@@ -152,6 +169,7 @@ def test_a_one_way_run_whose_process_was_late_is_admitted_again_before_each_late
     assert outcome.kind == "return"
     assert sandbox.links == ["OneWayLink", "OneWayLink", "StreamLink"]
     assert log == ["a admitted", "a admitted", "a ended"] and host.started == 1
+    assert client.paths == {"wait": 2}  # two round trips more, each after a status re-read
 
 
 def test_a_one_way_run_that_would_wait_goes_on_the_stream_and_is_admitted_after_the_run_before(
@@ -187,6 +205,7 @@ def test_a_one_way_run_that_would_wait_goes_on_the_stream_and_is_admitted_after_
     assert results["first"].kind == "return" and results["second"].kind == "return"
     assert sandbox.links == ["OneWayLink", "StreamLink"]
     assert log == ["first ended", "second admitted", "second ended"]
+    assert client.paths == {"one_way": 1, "busy": 1}
 
 
 @pytest.mark.parametrize(

@@ -56,6 +56,12 @@ class RunnerMetrics(Collector):
             "This process's runs' time from being sent to a runner to starting there.",
             labels=["runner"],
         )
+        paths = CounterMetricFamily(
+            "toolkiln_runner_run_paths",
+            "How this process's runs went to a runner: one_way, stream, or a one-way try"
+            " declined (busy, wait, ctx: one more round trip each).",
+            labels=["runner", "path"],
+        )
         available = GaugeMetricFamily(
             "toolkiln_runners_available", "Runners that take calls (serving or degraded)."
         )
@@ -76,5 +82,7 @@ class RunnerMetrics(Collector):
             runs.add_metric([address], float(runner.get("runs", 0)))
             analyses.add_metric([address], float(runner.get("analyses", 0)))
             waited.add_metric([address], float(runner.get("queue_wait_s", 0.0)))
+            for path, count in dict(runner.get("paths", {})).items():
+                paths.add_metric([address, str(path)], float(count))
         yield from gauges.values()
-        yield from (state, runs, analyses, waited, histogram, available)
+        yield from (state, runs, analyses, waited, histogram, paths, available)

@@ -112,6 +112,10 @@ class RunnerClient:
     waited_s: float = 0.0  # their time from being sent to starting (the hop, the queue)
     # Those times by WAIT_BUCKETS (a run counted in the first bucket it fits; the last: +Inf).
     waits: list[int] = field(default_factory=lambda: [0] * (len(WAIT_BUCKETS) + 1))
+    # How this process's runs went there: "one_way" (one unary call ran it), "stream" (sent
+    # on the stream at once: traced, or its runner crowded), or declined one way and why
+    # ("busy", "wait", "ctx"): a run declined is one more round trip, "wait" a status re-read.
+    paths: dict[str, int] = field(default_factory=dict)
     checked: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -229,6 +233,7 @@ class RunnerClient:
             if start.key and self.mine + 1 >= crowded and time.monotonic() < until:
                 start = dataclasses.replace(start, key="")  # to queue there, as admitted
             outcome = self._one_way(start, link) if start.key else None
+            self._went("stream" if outcome is None else _path(outcome))
             if isinstance(outcome, wire.Declined) and outcome.why == "busy":
                 self._crowded = (self.mine + 1, time.monotonic() + CROWDED_S)  # with this run
             if isinstance(outcome, wire.Declined) and outcome.why == "wait":
@@ -238,6 +243,7 @@ class RunnerClient:
                     return RunOutcome("not_admitted")
                 start = dataclasses.replace(start, key=secrets.token_hex(8))
                 outcome = self._one_way(start, link)
+                self._went(_path(outcome))
             if not isinstance(outcome, RunOutcome):  # on the stream, which asks again
                 gave_up = isinstance(outcome, wire.Declined) and outcome.why == "ctx"
                 rerun = _again(start, begun, whole=gave_up)
@@ -252,6 +258,10 @@ class RunnerClient:
             if span.is_recording():
                 span.set_attribute("toolkiln.run.outcome", outcome.kind)
             return outcome
+
+    def _went(self, path: str) -> None:
+        with self._lock:
+            self.paths[path] = self.paths.get(path, 0) + 1
 
     def _hop(self, start: wire.Start, link: RunLink) -> RunOutcome:
         begun = time.perf_counter()
@@ -394,6 +404,13 @@ class RunnerClient:
             noted = self._noting.get(key)
             if noted is not None:
                 noted.wait(max(0.0, ends - time.monotonic()))
+
+
+def _path(outcome: RunOutcome | wire.Declined | None) -> str:
+    """How a one-way try went, for ``RunnerClient.paths``."""
+    if isinstance(outcome, wire.Declined):
+        return outcome.why
+    return "one_way" if outcome is not None else "stream"
 
 
 def _started(call: Any) -> bool:

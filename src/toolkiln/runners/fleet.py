@@ -160,6 +160,7 @@ class Fleet:
                 "analyses": r.analyses,
                 "queue_wait_s": round(r.waited_s, 6),
                 "waits": list(r.waits),
+                "paths": dict(r.paths),
             }
             for r in self.runners()
         ]
