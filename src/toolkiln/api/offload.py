@@ -23,9 +23,9 @@ import contextlib
 import contextvars
 import functools
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from toolkiln.api.threads import LifoThreads
 from toolkiln.services.container import Services
 from toolkiln.services.turns import Turns
 
@@ -55,7 +55,8 @@ class Offload:
     def __init__(
         self, threads: int = THREADS, name: str = "toolkiln-call", reserve: int | None = None
     ) -> None:
-        self._pool = ThreadPoolExecutor(threads, thread_name_prefix=name)
+        # the thread idle the shortest time runs the next call (api/threads.py)
+        self._pool = LifoThreads(threads, name)
         self.turns = Turns(threads, reserve) if reserve is not None else None
 
     async def __call__(self, fn: Callable[..., T], *args: Any, turn: str | None = None) -> T:
