@@ -1,16 +1,20 @@
 """Cost flat over time: a service aged by mixed traffic against a fresh one, same machine.
 
 ``python bench/soak.py`` (``SOAK_SECONDS``, default 600; ``SOAK_WORKSPACES``, default 300).
-It starts two real ``toolkiln serve`` processes on their embedded defaults. The first is aged:
+It starts real ``toolkiln serve`` processes on their embedded defaults. The first is aged:
 every workspace gets a token, a Python and a JavaScript tool, a tool that raises, a tool that
 makes ``ctx`` calls and one that runs out of time; ``SOAK_CLIENTS`` (default 8) clients then
 send a mix of calls for ``SOAK_SECONDS`` (ok calls in both languages, failures, timeouts,
 memory hogs, nested ctx calls, test runs, new versions, refused saves). The second is fresh.
-Then both are measured in alternating rounds (``SOAK_ROUNDS``, default 6, of ``SOAK_CALLS``
-sequential calls each, default 200), so the machine's load falls on both alike, and it
-prints each one's p50 / p99 and the aged/fresh ratio (the goal: within 1.10), with what the
-aged process holds: its memory, threads, open files, sandbox processes, the data dir, and the
-interpreter's garbage-collection figures from ``/metrics``.
+The third (``SOAK_RESTARTED``, default 1; 0: none) is "restarted": a new process on a copy of
+the aged data, which tells what the data's age costs from what the process's age costs.
+Then all are measured in rounds that change their order (``SOAK_ROUNDS``, default 6, of
+``SOAK_CALLS`` sequential calls of each tool, default 200), so the machine's load falls on
+each alike, and it prints each one's p50 / p99, its CPU per call (the service's, and its
+runner's with everything under it, from /proc), and their ratios to fresh (the goal: within
+1.10), with what the aged process holds: its memory, threads, open files, sandbox processes,
+the data dir and the frames in its SQLite WAL when the traffic stopped. ``SOAK_HOLD=path``
+keeps the services up for a profiler while that file exists.
 
 Nothing here is part of the test run; it prints its figures and exits.
 """
@@ -20,7 +24,10 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import shutil
+import sqlite3
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -36,6 +43,7 @@ WORKSPACES = int(os.environ.get("SOAK_WORKSPACES", "300"))
 CLIENTS = int(os.environ.get("SOAK_CLIENTS", "8"))
 ROUNDS = int(os.environ.get("SOAK_ROUNDS", "6"))
 CALLS = int(os.environ.get("SOAK_CALLS", "200"))
+RESTARTED = os.environ.get("SOAK_RESTARTED", "1") != "0"
 
 RAISES = "def main(**params):\n    if params is not None:\n        raise ValueError('soak')\n    return 1\n"
 CTX = "def handle(input, ctx):\n    return ctx.tools.calculate({'expression': '6*7'})\n"
@@ -140,19 +148,51 @@ def age(port: int) -> dict[str, object]:
     return {"made_s": made, "requests": seen}
 
 
-def rounds(port: int, py: str, js: str) -> dict[str, list[float]]:
+def rounds(port: int, pid: int, py: str, js: str) -> dict[str, list[float]]:
+    """``CALLS`` sequential calls of each tool: their times (ms), and the CPU each one cost
+    the service (``api``) and its runner with everything under it (``runner``), per call."""
     c = Conn(port, TOKEN)
-    out: dict[str, list[float]] = {"python": [], "javascript": []}
+    runner = density.runner_of(pid)
+    out: dict[str, list[float]] = {}
     try:
         for name, url in (("python", py), ("javascript", js)):
+            api0 = density.cpu_ms(pid)
+            run0 = density.cpu_ms(runner) + density.tree_cpu_ms(runner) if runner else 0.0
+            out[name] = []
             for _ in range(CALLS):
                 t = time.perf_counter()
                 status, body = c.call("POST", url, {"input": {}})
                 out[name].append((time.perf_counter() - t) * 1000)
                 assert status == 200 and body["data"]["status"] == "ok", body
+            run1 = density.cpu_ms(runner) + density.tree_cpu_ms(runner) if runner else 0.0
+            out[f"{name} api"] = [(density.cpu_ms(pid) - api0) / CALLS]
+            out[f"{name} runner"] = [(run1 - run0) / CALLS]
     finally:
         c.close()
     return out
+
+
+def restarted_copy(aged: Path, into: Path) -> None:
+    """The aged service's data, copied while it runs (SQLite's backup: one consistent
+    state) with its key, for a new process: the data's age without the process's."""
+    into.mkdir(parents=True)
+    shutil.copy(aged / "secrets.key", into / "secrets.key")
+    src = sqlite3.connect(aged / "toolkiln.db")
+    dst = sqlite3.connect(into / "toolkiln.db")
+    try:
+        src.backup(dst)
+    finally:
+        src.close()
+        dst.close()
+
+
+def wal_frames(data: Path) -> int:
+    """Frames the SQLite WAL holds now (the header of its index, ``-shm``): 0 without one."""
+    try:
+        with (data / "toolkiln.db-shm").open("rb") as f:
+            return int.from_bytes(f.read(20)[16:20], "little")
+    except OSError:
+        return 0
 
 
 def under(root: int) -> int:
@@ -190,7 +230,7 @@ def holdings(pid: int, data: Path) -> list[str]:
 
 
 def hold(services: dict[str, tuple[int, int, tuple[str, str]]]) -> None:
-    """With ``SOAK_HOLD=path``, keep both services up for a profiler while that file exists."""
+    """With ``SOAK_HOLD=path``, keep the services up for a profiler while that file exists."""
     flag = os.environ.get("SOAK_HOLD")
     if not flag:
         return
@@ -200,18 +240,38 @@ def hold(services: dict[str, tuple[int, int, tuple[str, str]]]) -> None:
         time.sleep(1)
 
 
+FIGURES = ("python", "javascript")
+
+
+def report(name: str, results: dict[str, dict[str, list[float]]], p50s: dict) -> list[str]:
+    """Rows of the table: each service's p50 / p99 and CPU per call, and its ratio to fresh."""
+    rows = []
+    fresh = results["fresh"]
+    for figure in FIGURES:
+        ratio = statistics.median(p50s[name][figure]) / statistics.median(p50s["fresh"][figure])
+        cpu = [statistics.median(results[name][f"{figure} {p}"]) for p in ("api", "runner")]
+        cpu_f = [statistics.median(fresh[f"{figure} {p}"]) for p in ("api", "runner")]
+        values = results[name][figure]
+        rows.append(
+            f"| {name}, {figure} | {pct(values, 0.5):.2f} / {pct(values, 0.99):.2f} ms "
+            f"| {cpu[0]:.2f} / {cpu[1]:.2f} ms | {ratio:.2f} "
+            f"| {cpu[0] / cpu_f[0]:.2f} / {cpu[1] / cpu_f[1]:.2f} |"
+        )
+    return rows
+
+
 def main() -> None:
     load = os.getloadavg()
     print(
         f"machine: {os.cpu_count()} cores, load average {load[0]:.2f}; python {sys.version.split()[0]}"
     )
     with tempfile.TemporaryDirectory(prefix="toolkiln-soak-") as tmp:
-        aged_dir, fresh_dir = Path(tmp) / "aged", Path(tmp) / "fresh"
-        aged_port, fresh_port = free_port(), free_port()
-        aged = start_service(aged_dir, aged_port)
-        fresh = None
+        dirs = {n: Path(tmp) / n for n in ("aged", "fresh", "restarted")}
+        ports = {n: free_port() for n in dirs}
+        procs: dict[str, subprocess.Popen[bytes]] = {}
         try:
-            aging = age(aged_port)
+            procs["aged"] = start_service(dirs["aged"], ports["aged"])
+            aging = age(ports["aged"])
             print(
                 f"aged: {WORKSPACES} workspaces made in {aging['made_s']:.0f} s, then {CLIENTS}"
                 f" clients for {SECONDS:.0f} s"
@@ -219,57 +279,60 @@ def main() -> None:
             requests = aging["requests"]
             assert isinstance(requests, dict)
             print("  requests:", ", ".join(f"{k}: {v}" for k, v in sorted(requests.items())))
-            print("\n".join(holdings(aged.pid, aged_dir)))
-            fresh = start_service(fresh_dir, fresh_port)
+            print("\n".join(holdings(procs["aged"].pid, dirs["aged"])))
+            print(f"  WAL frames when the traffic stopped: {wal_frames(dirs['aged'])}")
+            if RESTARTED:
+                restarted_copy(dirs["aged"], dirs["restarted"])
+            else:
+                del dirs["restarted"]
+            for name in dirs:
+                if name != "aged":
+                    procs[name] = start_service(dirs[name], ports[name])
             urls = {}
-            for port in (aged_port, fresh_port):
+            for name, port in ports.items():
+                if name not in procs:
+                    continue
                 c = Conn(port, TOKEN)
                 ws = c.call("GET", "/v1/workspaces")[1]["data"][0]["id"]
-                urls[port] = (
+                urls[name] = (
                     create(c, ws, "measured-py", "python", PY_TOOL),
                     create(c, ws, "measured-js", "javascript", JS_TOOL),
                 )
                 c.close()
-                rounds(port, *urls[port])  # warm-up, not counted
-            ports = (aged_port, fresh_port)
-            samples: dict[int, dict[str, list[float]]] = {
-                p: {"python": [], "javascript": []} for p in ports
-            }
-            p50s: dict[int, dict[str, list[float]]] = {
-                p: {"python": [], "javascript": []} for p in ports
-            }
+                rounds(port, procs[name].pid, *urls[name])  # warm-up, not counted
+            names = list(procs)
+            results: dict[str, dict[str, list[float]]] = {n: {} for n in names}
+            p50s: dict[str, dict[str, list[float]]] = {n: {f: [] for f in FIGURES} for n in names}
             for i in range(ROUNDS):
-                order = (aged_port, fresh_port) if i % 2 == 0 else (fresh_port, aged_port)
-                for port in order:
-                    got = rounds(port, *urls[port])
-                    for name, values in got.items():
-                        samples[port][name] += values
-                        p50s[port][name].append(pct(values, 0.5))
+                # each service takes each place in the order as often
+                order = names[i % len(names) :] + names[: i % len(names)]
+                if i // len(names) % 2:
+                    order.reverse()
+                for name in order:
+                    got = rounds(ports[name], procs[name].pid, *urls[name])
+                    for figure, values in got.items():
+                        results[name].setdefault(figure, []).extend(values)
+                        if figure in FIGURES:
+                            p50s[name][figure].append(pct(values, 0.5))
             print()
-            print("| figure | aged | fresh | aged / fresh (goal <= 1.10) |")
-            print("|---|---|---|---|")
-            for name in ("python", "javascript"):
-                a, f = samples[aged_port][name], samples[fresh_port][name]
-                ra = statistics.median(p50s[aged_port][name])
-                rf = statistics.median(p50s[fresh_port][name])
-                print(
-                    f"| {name} tool, p50 / p99 | {pct(a, 0.5):.2f} / {pct(a, 0.99):.2f} ms "
-                    f"| {pct(f, 0.5):.2f} / {pct(f, 0.99):.2f} ms | {ra / rf:.2f} "
-                    f"(median of {ROUNDS} rounds' p50) |"
-                )
-            print()
-            print("fresh, for comparison:")
-            print("\n".join(holdings(fresh.pid, fresh_dir)))
-            hold(
-                {
-                    "aged": (aged.pid, aged_port, urls[aged_port]),
-                    "fresh": (fresh.pid, fresh_port, urls[fresh_port]),
-                }
+            print(
+                "| service, tool | p50 / p99 | CPU per call, service / runner's tree "
+                "| p50 / fresh (goal <= 1.10) | CPU / fresh |"
             )
+            print("|---|---|---|---|---|")
+            for name in names:
+                print("\n".join(report(name, results, p50s)))
+            print(
+                f"(ratios: median of {ROUNDS} rounds of {CALLS} calls each; load average"
+                f" {os.getloadavg()[0]:.2f} at the end)"
+            )
+            for name in names[1:]:
+                print(f"\n{name}, for comparison:")
+                print("\n".join(holdings(procs[name].pid, dirs[name])))
+            hold({n: (procs[n].pid, ports[n], urls[n]) for n in names})
         finally:
-            for proc in (aged, fresh):
-                if proc is not None:
-                    stop(proc)
+            for proc in procs.values():
+                stop(proc)
 
 
 if __name__ == "__main__":
