@@ -341,6 +341,7 @@ def build_app(runtime: Runtime, *, close_on_exit: bool = True) -> FastAPI:
         lifespan=lifespan,
     )
     app.mount("/mcp", mcp)
+    app.state.mcp = mcp
     # Ahead of the API's routes, so that an MCP request is not matched against each of them
     # first (none is under /mcp).
     app.router.routes.insert(0, app.router.routes.pop())

@@ -7,21 +7,27 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qsl
 
 import anyio
 from mcp.server.context import ServerRequestContext
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from toolkiln.api.errors import envelope, retry_after, status_of
-from toolkiln.domain.auth import Principal
 from toolkiln.domain.errors import ToolkilnError, Unauthenticated
-from toolkiln.mcp_server.server import Endpoint, Listeners, make_server, tool_list_watcher
+from toolkiln.mcp_server.fast import SessionManager, Sessions
+from toolkiln.mcp_server.server import (
+    Endpoint,
+    Listeners,
+    ToolCalls,
+    make_server,
+    tool_list_watcher,
+)
 from toolkiln.services.container import Services
 
 PREFIX = "/agents/"
-PRINCIPAL = "toolkiln_principal"  # where __call__ leaves the request's principal (its scope)
+ENDPOINT = "toolkiln_endpoint"  # where __call__ leaves who calls, for what (in the scope)
 
 
 def _bearer(headers: Any) -> str | None:
@@ -43,9 +49,18 @@ class _Template:
 ROUTE = _Template("/mcp/agents/{agent_id}")
 
 
+def endpoint_of(request: Request) -> Endpoint:
+    """Who calls, for which agent and how: what ``McpHttp`` found for the request."""
+    at = getattr(request.state, ENDPOINT, None)
+    if not isinstance(at, Endpoint):
+        raise Unauthenticated("The request was not authenticated.")
+    return at
+
+
 class McpHttp:
     """ASGI app mounted at /mcp: checks the token and the agent, then hands the request to
-    the SDK's session manager."""
+    the SDK's session manager, whose transports answer a plain ``tools/call`` themselves
+    (mcp_server/fast.py)."""
 
     def __init__(self, services: Services) -> None:
         self._services = services
@@ -54,22 +69,13 @@ class McpHttp:
             request = ctx.request
             if not isinstance(request, Request):
                 raise Unauthenticated("MCP over HTTP needs the HTTP request.")
-            # Checked once per HTTP request, by __call__ below.
-            principal = getattr(request.state, PRINCIPAL, None)
-            if not isinstance(principal, Principal):
-                raise Unauthenticated("The request was not authenticated.")
-            agent_id = _agent_of(request.url.path.split("/mcp", 1)[-1])
-            q = request.query_params
-            return Endpoint(
-                principal,
-                agent_id,
-                q.get("mode", "direct"),
-                q.get("language", "python"),
-                q.get("names", "id"),
-            )
+            return endpoint_of(request)
 
         self.listeners = Listeners()
-        self.manager = StreamableHTTPSessionManager(make_server(services, resolve, self.listeners))
+        self._calls = ToolCalls(services)
+        server = make_server(services, resolve, self.listeners, self._calls)
+        server.middleware = [Sessions(), *server.middleware]
+        self.manager = SessionManager(self._calls, endpoint_of, app=server)
 
     @asynccontextmanager
     async def lifespan(self) -> AsyncIterator[None]:
@@ -80,6 +86,7 @@ class McpHttp:
                 yield
             finally:
                 tasks.cancel_scope.cancel()
+                self._calls.close()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
@@ -94,12 +101,20 @@ class McpHttp:
         try:
             # The token and the agent in one read; listing needs read and calling needs
             # invoke: the services check each request.
+            agent_id = _agent_of(sub)
             principal = await anyio.to_thread.run_sync(
-                lambda: self._services.agents.enter(_bearer(headers), _agent_of(sub))
+                lambda: self._services.agents.enter(_bearer(headers), agent_id)
             )
-            scope.setdefault("state", {})[PRINCIPAL] = principal
         except ToolkilnError as exc:  # the REST API's answer to the same error
             answer = envelope(status_of(exc), exc.code, exc.message, exc.details, retry_after(exc))
             await answer(scope, receive, send)
             return
+        q = dict(parse_qsl(scope["query_string"].decode("latin-1"), keep_blank_values=True))
+        scope.setdefault("state", {})[ENDPOINT] = Endpoint(
+            principal,
+            agent_id,
+            q.get("mode", "direct"),
+            q.get("language", "python"),
+            q.get("names", "id"),
+        )
         await self.manager.handle_request(scope, receive, send)

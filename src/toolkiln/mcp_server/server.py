@@ -7,6 +7,9 @@ scopes, enablement and audit as the REST API.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import functools
 import logging
 import time
 from collections import Counter, deque
@@ -29,14 +32,15 @@ from mcp_types import (
 from pydantic import ValidationError
 
 import toolkiln
+from toolkiln.api.offload import Offload
 from toolkiln.domain.auth import Principal
 from toolkiln.domain.errors import ToolkilnError, TooManyRequests
+from toolkiln.domain.results import Result
 from toolkiln.mcp_server.render import error_text
 from toolkiln.services import tracing
 from toolkiln.services.background import Loop
 from toolkiln.services.calls import CallContext
 from toolkiln.services.container import Services
-from toolkiln.services.turns import Turns
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,26 +229,113 @@ class _Traced:
         ) as span:
             try:
                 result = await call_next(ctx)
-            except MCPError as exc:
-                tracing.mcp_answered(span, str(exc.error.code), exc.error.code)
-                raise
-            except ValidationError:
-                tracing.mcp_answered(span, str(INVALID_PARAMS), INVALID_PARAMS)
-                raise
-            except ToolkilnError as exc:
-                tracing.mcp_answered(span, exc.code)
-                raise
             except Exception as exc:
-                tracing.mcp_answered(span, type(exc).__qualname__)
+                failed_in(span, exc)
                 raise
             if ctx.method == "tools/call" and isinstance(result, dict) and result.get("isError"):
                 tracing.mcp_answered(span, "tool_error")
             return result
 
 
-def make_server(services: Services, resolve: Resolve, listeners: Listeners) -> Server[Any]:
+def failed_in(span: Any, exc: Exception) -> None:
+    """What an MCP message's span says of the error it came to (``error.type``): the
+    JSON-RPC error's code, ``INVALID_PARAMS`` for params that are not valid, a Toolkiln
+    error's code, else the exception's type (tests/api/test_traces.py)."""
+    if isinstance(exc, MCPError):
+        tracing.mcp_answered(span, str(exc.error.code), exc.error.code)
+    elif isinstance(exc, ValidationError):
+        tracing.mcp_answered(span, str(INVALID_PARAMS), INVALID_PARAMS)
+    elif isinstance(exc, ToolkilnError):
+        tracing.mcp_answered(span, exc.code)
+    else:
+        tracing.mcp_answered(span, type(exc).__qualname__)
+
+
+class ToolCalls:
+    """A ``tools/call``'s run, for the SDK's handler and for the fast answer alike
+    (mcp_server/fast.py): on a pool of threads of its own (api/offload.py), not anyio's
+    default limiter, which serves the REST API's reads and token checks (slow tools cannot
+    hold those up), taken in turns by workspace (services/turns.py: no one workspace holds
+    them all; tests/security/test_slow_work.py)."""
+
+    def __init__(self, services: Services) -> None:
+        self._services = services
+        self._pool = Offload(CALL_THREADS, "toolkiln-mcp", reserve=CALL_THREADS // 4)
+
+    async def __call__(
+        self,
+        at: Endpoint,
+        name: str,
+        arguments: dict[str, Any],
+        session: Any = None,
+        said: list[str] | None = None,
+    ) -> types.CallToolResult:
+        """The call's result as the client sees it. Given the request's ``session``, the
+        tool's status line is sent to it as progress while the run starts (the run not
+        waiting for it), and kept in ``said``; a run over the workspace's share of long
+        work is a failed result, not an error (tests/security/test_slow_work.py)."""
+        failed: Exception | None = None
+        call = functools.partial(
+            self._services.agents.dispatch,
+            at.principal,
+            at.agent_id,
+            name,
+            arguments,
+            CallContext(),
+            at.mode,
+        )
+        turn = at.principal.workspace_id
+        try:
+            if session is None:
+                result = await self._pool(call, turn=turn)
+            else:
+                result = await self._told(call, turn, session, said)
+        except Exception as exc:
+            failed = exc
+        if isinstance(failed, TooManyRequests):  # run_program or run_code over the share
+            return _failed(
+                {"code": failed.code, "message": failed.message, "details": failed.details}
+            )
+        if failed is not None:
+            raise failed
+        if result.error is not None:
+            return _failed(result.error)
+        raw = result.raw_data
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=str(result.llm or result.message or ""))],
+            structured_content=raw if isinstance(raw, dict) else {"result": raw},
+            is_error=False,
+        )
+
+    async def _told(
+        self, call: Callable[..., Result], turn: str, session: Any, said: list[str] | None
+    ) -> Result:
+        loop = asyncio.get_running_loop()
+        sent: list[concurrent.futures.Future[None]] = []
+
+        def tell(status: str) -> None:  # on the call's thread, its call prepared
+            if said is not None:
+                said.append(status)
+            progress = session.report_progress(0, 1, status)
+            sent.append(asyncio.run_coroutine_threadsafe(progress, loop))
+
+        try:
+            return await self._pool(functools.partial(call, on_status=tell), turn=turn)
+        finally:
+            for told in sent:  # sent before the answer
+                await asyncio.wrap_future(told)
+
+    def close(self) -> None:
+        self._pool.close()
+
+
+def make_server(
+    services: Services, resolve: Resolve, listeners: Listeners, calls: ToolCalls | None = None
+) -> Server[Any]:
     """``resolve`` tells, for each request, who calls and for which agent; ``listeners``
-    is where tool-list changes go."""
+    is where tool-list changes go; ``calls`` runs the tool calls (its own when not given:
+    streamable HTTP shares its with the fast answer, mcp_server/fast.py)."""
+    calls = calls or ToolCalls(services)
 
     async def list_tools(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
@@ -271,58 +362,15 @@ def make_server(services: Services, resolve: Resolve, listeners: Listeners) -> S
             ]
         )
 
-    # Tool calls run on threads of their own, not anyio's default limiter, which serves the
-    # REST API's reads and token checks: slow tools cannot hold those up.
-    calls = anyio.CapacityLimiter(CALL_THREADS)
-    # ... taken in turns by workspace: no one workspace holds them all (services/turns.py).
-    turns = Turns(CALL_THREADS, CALL_THREADS // 4)
-
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         at = await resolve(ctx)
         said: list[str] = []
-        failed: Exception | None = None  # raised out of the task group, not in a group
-        async with anyio.create_task_group() as tasks:
-
-            def tell(status: str) -> None:  # the tool's status line, its call prepared:
-                said.append(status)  # sent meanwhile, the run not waiting for it
-                anyio.from_thread.run_sync(
-                    tasks.start_soon, ctx.session.report_progress, 0, 1, status
-                )
-
-            try:
-                async with turns.turn(at.principal.workspace_id):
-                    result = await anyio.to_thread.run_sync(
-                        lambda: services.agents.dispatch(
-                            at.principal,
-                            at.agent_id,
-                            params.name,
-                            params.arguments or {},
-                            CallContext(),
-                            at.mode,
-                            on_status=tell,
-                        ),
-                        limiter=calls,
-                    )
-            except Exception as exc:
-                failed = exc
-        if isinstance(failed, TooManyRequests):  # run_program or run_code over the share
-            return _failed(
-                {"code": failed.code, "message": failed.message, "details": failed.details}
-            )
-        if failed is not None:
-            raise failed
+        result = await calls(at, params.name, params.arguments or {}, ctx.session, said)
         if said:
             await ctx.session.report_progress(1, 1, said[0])
-        if result.error is not None:
-            return _failed(result.error)
-        raw = result.raw_data
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=str(result.llm or result.message or ""))],
-            structured_content=raw if isinstance(raw, dict) else {"result": raw},
-            is_error=False,
-        )
+        return result
 
     async def listen(
         ctx: ServerRequestContext[Any, Any], params: SubscriptionsListenRequestParams
