@@ -5,6 +5,7 @@ results, errors, refusals. A real uvicorn, the wire spoken as a client speaks it
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -99,6 +100,10 @@ def _messages(answer: httpx.Response) -> list[dict[str, Any]]:
     return [json.loads(line[5:]) for line in lines if line.startswith("data:")]
 
 
+def _data_lines(answer: httpx.Response) -> list[str]:
+    return [line[5:] for line in answer.text.splitlines() if line.startswith("data:")]
+
+
 class Session:
     """One MCP session spoken over plain HTTP: ``initialize``, then
     ``notifications/initialized``."""
@@ -158,9 +163,13 @@ def test_the_fast_answer_is_the_sdks(live: Live, case: str) -> None:
     assert told == []  # no progressToken: no progress
     assert answer.headers["content-type"].startswith("text/event-stream")
     assert answer.headers["mcp-session-id"] == session.headers["mcp-session-id"]
-    sdk, told, _ = session.call(params, progress=True)
+    sdk, told, sdk_answer = session.call(params, progress=True)
     assert live.manager.answered == before + 1  # the SDK's
     assert fast == sdk
+    # the same text on the wire: the answer's data line, its id aside
+    assert _data_lines(answer)[-1].replace(f'"id":{session.next_id - 1}', "") == _data_lines(
+        sdk_answer
+    )[-1].replace(f'"id":{session.next_id}', "")
     assert "result" in fast, fast
     if case == "a result":
         assert fast["result"]["content"][0]["text"] == "hello mcp"
@@ -199,10 +208,15 @@ def test_refusals_before_the_call_are_as_before(live: Live) -> None:
     session = Session(live)
     before = live.manager.answered
     params = {"name": "calculate", "arguments": {"expression": "1"}}
-    for token, status in (("nope", 401), (live.other, 404)):
-        answer = session.post("tools/call", params, Authorization=f"Bearer {token}")
-        assert answer.status_code == status
-        assert answer.json()["error"]["code"] == {401: "unauthorized", 404: "not_found"}[status]
+    refusals = (("nope", 401, "unauthorized"), (live.other, 404, "not_found"))
+    for (token, status, code), method, given in itertools.product(
+        refusals, ("tools/call", "tools/list"), (params, {})
+    ):
+        answer = session.post(method, given, Authorization=f"Bearer {token}")
+        assert (answer.status_code, answer.json()["error"]["code"]) == (status, code)
+    bare = {k: v for k, v in session.headers.items() if k != "Authorization"}
+    body = {"jsonrpc": "2.0", "id": 98, "method": "tools/call", "params": params}
+    assert session.http.post(session.url, json=body, headers=bare).status_code == 401
     no_json = {**session.headers, "Accept": "text/event-stream"}
     body = {"jsonrpc": "2.0", "id": 99, "method": "tools/call", "params": params}
     assert session.http.post(session.url, json=body, headers=no_json).status_code == 406

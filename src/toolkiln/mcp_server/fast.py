@@ -14,8 +14,9 @@ always did. tests/mcp/test_fast_calls.py sends both paths the same requests."""
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 from uuid import uuid4
@@ -25,11 +26,13 @@ import pydantic_core
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.session import ServerSession
 from mcp.server.streamable_http import (
+    CONTENT_TYPE_JSON,
     MCP_SESSION_ID_HEADER,
     StreamableHTTPServerTransport,
     check_accept_headers,
 )
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from mcp.shared.jsonrpc_dispatcher import (
     handler_exception_to_error_data,
     progress_token_from_params,
@@ -38,18 +41,21 @@ from mcp_types import (
     ErrorData,
     JSONRPCError,
     JSONRPCRequest,
-    JSONRPCResponse,
     jsonrpc_message_adapter,
 )
 from mcp_types import methods as spec
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 from sse_starlette import ServerSentEvent
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from toolkiln.mcp_server.server import Endpoint, ToolCalls, failed_in
+from toolkiln.domain.errors import ToolkilnError, TooManyRequests
+from toolkiln.mcp_server.entrance import Entrance, entrance_of, refusal
+from toolkiln.mcp_server.server import ToolCalls, failed_in, shaped
 from toolkiln.services import tracing
+from toolkiln.services.container import Services
 
 log = logging.getLogger("toolkiln.mcp")
 
@@ -62,9 +68,6 @@ _HEADERS = {
     "X-Accel-Buffering": "no",
     "Content-Type": "text/event-stream; charset=utf-8",
 }
-
-# Who calls and how, from the HTTP request the endpoint authenticated.
-EndpointOf = Callable[[Request], Endpoint]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,9 +95,16 @@ class Sessions:
         return await call_next(ctx)
 
 
+class _Refused(Exception):
+    """The request's token or agent was refused (``Entrance.enter``): ``error``."""
+
+    def __init__(self, error: ToolkilnError) -> None:
+        self.error = error
+
+
 class Transport(StreamableHTTPServerTransport):
     """The SDK's transport for one session, but a plain ``tools/call`` (above) is answered
-    here: ``calls`` runs it, ``endpoint`` tells who calls."""
+    here, the request's token and agent checked first on the call's own thread."""
 
     peer: ServerSession | None = None
 
@@ -102,17 +112,42 @@ class Transport(StreamableHTTPServerTransport):
         super().__init__(**kwargs)
         self._manager = manager
 
+    @property
+    def initialized(self) -> bool:
+        """Whether the session's ``initialize`` was accepted (as its SDK runner saw it)."""
+        return self.peer is not None and self.peer.client_params is not None
+
     async def _handle_post_request(
         self, scope: Scope, request: Request, receive: Receive, send: Send
     ) -> None:
         scope[_TRANSPORT] = self
+        entrance = entrance_of(scope)
         call = await self._plain_call(request)
-        if call is None:  # the SDK's, which reads the body kept by request.body()
+        if call is None:  # the SDK's, once the request's check passed
+            if entrance.endpoint is None:  # left to this transport (SessionManager.may_answer)
+                refused = await entrance.entered(self._manager.services)
+                if refused is not None:
+                    await refused(scope, receive, send)
+                    return
+            # The SDK reads the body request.body() kept.
             await super()._handle_post_request(scope, request, receive, send)
             return
+        try:
+            answer = await self._manager.calls.run(
+                functools.partial(self._answer, entrance, call),
+                entrance.endpoint.principal.workspace_id
+                if entrance.endpoint is not None
+                else self._manager.services.invoke.turn_key(entrance.bearer),
+            )
+        except _Refused as exc:
+            await refusal(exc.error)(scope, receive, send)
+            return
         self._manager.answered += 1
-        answer = await self._answer(request, call)
-        data = answer.model_dump_json(by_alias=True, exclude_unset=True)
+        data = (
+            answer.model_dump_json(by_alias=True, exclude_unset=True)
+            if isinstance(answer, JSONRPCError)
+            else answer
+        )
         headers = {**_HEADERS, MCP_SESSION_ID_HEADER: self.mcp_session_id or ""}
         await Response(ServerSentEvent(data, event="message").encode(), headers=headers)(
             scope, receive, send
@@ -121,7 +156,7 @@ class Transport(StreamableHTTPServerTransport):
     async def _plain_call(self, request: Request) -> _Call | None:
         """The request as a call this transport answers itself; None for the SDK."""
         peer = self.peer
-        if peer is None or peer.client_params is None:  # not initialized (or not seen so)
+        if peer is None or not self.initialized:
             return None
         has_json, has_sse = check_accept_headers(request)
         if not (has_json and has_sse and self._check_content_type(request)):
@@ -147,8 +182,13 @@ class Transport(StreamableHTTPServerTransport):
             return None
         return _Call(message.id, params, typed, version)
 
-    async def _answer(self, request: Request, call: _Call) -> JSONRPCResponse | JSONRPCError:
-        """What the SDK's runner and dispatcher answer for this request, in one span."""
+    def _answer(self, entrance: Entrance, call: _Call) -> str | JSONRPCError:
+        """On the call's thread: the request's check (``_Refused``), then what the SDK's
+        runner and dispatcher answer for the request, in the message's one span."""
+        try:
+            at = entrance.enter(self._manager.services)
+        except ToolkilnError as exc:
+            raise _Refused(exc) from None
         meta = call.params.get("_meta")
         with tracing.mcp_message(
             METHOD,
@@ -160,16 +200,21 @@ class Transport(StreamableHTTPServerTransport):
             transport="tcp",
         ) as span:
             try:
-                at = self._manager.endpoint(request)
-                result = await self._manager.calls(at, call.typed.name, call.typed.arguments or {})
-                dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
-                dumped = spec.serialize_server_result(METHOD, call.version, dumped)
+                result = self._manager.calls.dispatch(
+                    at, call.typed.name, call.typed.arguments or {}
+                )
+                dumped = shaped(result).model_dump(by_alias=True, mode="json", exclude_none=True)
+            except TooManyRequests as exc:
+                dumped = shaped(exc).model_dump(by_alias=True, mode="json", exclude_none=True)
             except Exception as exc:
                 failed_in(span, exc)
                 return JSONRPCError(jsonrpc="2.0", id=call.id, error=_error_of(exc))
+            dumped = spec.serialize_server_result(METHOD, call.version, dumped)
             if dumped.get("isError"):
                 tracing.mcp_answered(span, "tool_error")
-            return JSONRPCResponse(jsonrpc="2.0", id=call.id, result=dumped)
+            # JSONRPCResponse's JSON, by pydantic's encoder, with no model built for it
+            answer = {"jsonrpc": "2.0", "id": call.id, "result": dumped}
+            return pydantic_core.to_json(answer).decode()
 
 
 def _error_of(exc: Exception) -> ErrorData:
@@ -185,10 +230,32 @@ def _error_of(exc: Exception) -> ErrorData:
 class SessionManager(StreamableHTTPSessionManager):
     """The SDK's session manager, whose sessions' transports are ``Transport``s."""
 
-    def __init__(self, calls: ToolCalls, endpoint: EndpointOf, **kwargs: Any) -> None:
+    def __init__(self, services: Services, calls: ToolCalls, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.calls, self.endpoint = calls, endpoint
+        self.services, self.calls = services, calls
         self.answered = 0  # tools/call requests the transports answered themselves
+
+    def may_answer(self, scope: Scope, headers: Mapping[str, str]) -> bool:
+        """Whether the request may be one its session's transport answers itself, and so
+        have its token and agent checked there: a POST declared JSON, of a protocol version
+        of the handshake era, on an initialized session this manager serves. What the SDK
+        refuses before a transport's POST handling (a session not found or ended, a body
+        not declared JSON, a version of another era) is thus never refused here before the
+        token is checked (tests/mcp/test_fast_calls.py)."""
+        if scope["method"] != "POST":
+            return False
+        if not headers.get("content-type", "").lower().startswith(CONTENT_TYPE_JSON):
+            return False
+        version = headers.get(MCP_PROTOCOL_VERSION_HEADER)
+        if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
+            return False
+        transport = self._server_instances.get(headers.get(MCP_SESSION_ID_HEADER, ""))
+        return (
+            isinstance(transport, Transport)
+            and transport.initialized
+            and not transport.is_terminated
+            and (transport.idle_scope is None or not transport.idle_scope.cancel_called)
+        )
 
     def _admit_session(self, requestor: Any) -> StreamableHTTPServerTransport | None:
         """The SDK's admission (its session limit, its owner record), with this transport."""

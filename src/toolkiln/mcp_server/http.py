@@ -14,8 +14,9 @@ from mcp.server.context import ServerRequestContext
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
-from toolkiln.api.errors import envelope, retry_after, status_of
-from toolkiln.domain.errors import ToolkilnError, Unauthenticated
+from toolkiln.api.errors import envelope
+from toolkiln.domain.errors import Unauthenticated
+from toolkiln.mcp_server.entrance import ENTRANCE, Entrance, endpoint_of
 from toolkiln.mcp_server.fast import SessionManager, Sessions
 from toolkiln.mcp_server.server import (
     Endpoint,
@@ -27,7 +28,6 @@ from toolkiln.mcp_server.server import (
 from toolkiln.services.container import Services
 
 PREFIX = "/agents/"
-ENDPOINT = "toolkiln_endpoint"  # where __call__ leaves who calls, for what (in the scope)
 
 
 def _bearer(headers: Any) -> str | None:
@@ -49,14 +49,6 @@ class _Template:
 ROUTE = _Template("/mcp/agents/{agent_id}")
 
 
-def endpoint_of(request: Request) -> Endpoint:
-    """Who calls, for which agent and how: what ``McpHttp`` found for the request."""
-    at = getattr(request.state, ENDPOINT, None)
-    if not isinstance(at, Endpoint):
-        raise Unauthenticated("The request was not authenticated.")
-    return at
-
-
 class McpHttp:
     """ASGI app mounted at /mcp: checks the token and the agent, then hands the request to
     the SDK's session manager, whose transports answer a plain ``tools/call`` themselves
@@ -75,7 +67,7 @@ class McpHttp:
         self._calls = ToolCalls(services)
         server = make_server(services, resolve, self.listeners, self._calls)
         server.middleware = [Sessions(), *server.middleware]
-        self.manager = SessionManager(self._calls, endpoint_of, app=server)
+        self.manager = SessionManager(services, self._calls, app=server)
 
     @asynccontextmanager
     async def lifespan(self) -> AsyncIterator[None]:
@@ -98,23 +90,21 @@ class McpHttp:
             return
         scope["route"] = ROUTE  # /metrics counts requests by the route's template
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        try:
-            # The token and the agent in one read; listing needs read and calling needs
-            # invoke: the services check each request.
-            agent_id = _agent_of(sub)
-            principal = await anyio.to_thread.run_sync(
-                lambda: self._services.agents.enter(_bearer(headers), agent_id)
-            )
-        except ToolkilnError as exc:  # the REST API's answer to the same error
-            answer = envelope(status_of(exc), exc.code, exc.message, exc.details, retry_after(exc))
-            await answer(scope, receive, send)
-            return
         q = dict(parse_qsl(scope["query_string"].decode("latin-1"), keep_blank_values=True))
-        scope.setdefault("state", {})[ENDPOINT] = Endpoint(
-            principal,
-            agent_id,
+        entrance = Entrance(
+            _bearer(headers),
+            _agent_of(sub),
             q.get("mode", "direct"),
             q.get("language", "python"),
             q.get("names", "id"),
         )
+        scope.setdefault("state", {})[ENTRANCE] = entrance
+        # The token and the agent in one read, before anything else of the request (listing
+        # needs read and calling needs invoke: the services check each request); a request
+        # its session's transport may answer itself has it checked there (mcp_server/fast.py).
+        if not self.manager.may_answer(scope, headers):
+            refused = await entrance.entered(self._services)
+            if refused is not None:
+                await refused(scope, receive, send)
+                return
         await self.manager.handle_request(scope, receive, send)

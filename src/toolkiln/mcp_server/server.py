@@ -15,7 +15,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import mcp.types as types
@@ -58,6 +58,7 @@ Resolve = Callable[[ServerRequestContext[Any, Any]], Awaitable[Endpoint]]
 
 
 log = logging.getLogger("toolkiln.mcp")
+T = TypeVar("T")
 # The feed wakes the watcher sooner (a NOTIFY, or a poll every second on SQLite).
 MAX_WAIT_S = 30.0
 # How far below the newest audit id a list-changing row may still appear (committed late):
@@ -251,6 +252,24 @@ def failed_in(span: Any, exc: Exception) -> None:
         tracing.mcp_answered(span, type(exc).__qualname__)
 
 
+def shaped(outcome: Result | TooManyRequests) -> types.CallToolResult:
+    """A call's Result as an MCP client sees it; a run over the workspace's share of long
+    work (run_program, run_code) is a failed result, not an error
+    (tests/security/test_slow_work.py)."""
+    if isinstance(outcome, TooManyRequests):
+        return _failed(
+            {"code": outcome.code, "message": outcome.message, "details": outcome.details}
+        )
+    if outcome.error is not None:
+        return _failed(outcome.error)
+    raw = outcome.raw_data
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=str(outcome.llm or outcome.message or ""))],
+        structured_content=raw if isinstance(raw, dict) else {"result": raw},
+        is_error=False,
+    )
+
+
 class ToolCalls:
     """A ``tools/call``'s run, for the SDK's handler and for the fast answer alike
     (mcp_server/fast.py): on a pool of threads of its own (api/offload.py), not anyio's
@@ -270,42 +289,36 @@ class ToolCalls:
         session: Any = None,
         said: list[str] | None = None,
     ) -> types.CallToolResult:
-        """The call's result as the client sees it. Given the request's ``session``, the
-        tool's status line is sent to it as progress while the run starts (the run not
-        waiting for it), and kept in ``said``; a run over the workspace's share of long
-        work is a failed result, not an error (tests/security/test_slow_work.py)."""
-        failed: Exception | None = None
-        call = functools.partial(
-            self._services.agents.dispatch,
-            at.principal,
-            at.agent_id,
-            name,
-            arguments,
-            CallContext(),
-            at.mode,
-        )
+        """The call's result as the client sees it (``shaped``). Given the request's
+        ``session``, the tool's status line is sent to it as progress while the run starts
+        (the run not waiting for it), and kept in ``said``."""
+        call = functools.partial(self.dispatch, at, name, arguments)
         turn = at.principal.workspace_id
         try:
             if session is None:
                 result = await self._pool(call, turn=turn)
             else:
                 result = await self._told(call, turn, session, said)
-        except Exception as exc:
-            failed = exc
-        if isinstance(failed, TooManyRequests):  # run_program or run_code over the share
-            return _failed(
-                {"code": failed.code, "message": failed.message, "details": failed.details}
-            )
-        if failed is not None:
-            raise failed
-        if result.error is not None:
-            return _failed(result.error)
-        raw = result.raw_data
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=str(result.llm or result.message or ""))],
-            structured_content=raw if isinstance(raw, dict) else {"result": raw},
-            is_error=False,
+        except TooManyRequests as exc:
+            return shaped(exc)
+        return shaped(result)
+
+    def dispatch(
+        self,
+        at: Endpoint,
+        name: str,
+        arguments: dict[str, Any],
+        on_status: Callable[[str], None] | None = None,
+    ) -> Result:
+        """On a thread: the call (``AgentService.dispatch``)."""
+        agents = self._services.agents
+        return agents.dispatch(
+            at.principal, at.agent_id, name, arguments, CallContext(), at.mode, on_status
         )
+
+    async def run(self, fn: Callable[[], T], turn: str) -> T:
+        """``fn()`` on the pool, once it is ``turn``'s turn (a workspace id)."""
+        return await self._pool(fn, turn=turn)
 
     async def _told(
         self, call: Callable[..., Result], turn: str, session: Any, said: list[str] | None

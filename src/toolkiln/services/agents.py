@@ -20,7 +20,7 @@ from toolkiln.domain.limits import MAX_TIMEOUT_MS
 from toolkiln.domain.origin import Budget, Offer, Origin
 from toolkiln.domain.records import LIST_CHANGING_EVENTS, Agent, AuditRow, Policy, check_label
 from toolkiln.domain.results import Result, error, refused
-from toolkiln.services.access import hash_of, principal_from, principal_of
+from toolkiln.services.access import hash_of, principal_from
 from toolkiln.services.calls import (
     ByName,
     CallContext,
@@ -261,11 +261,16 @@ class AgentService:
 
     def enter(self, bearer: str | None, agent_id: str) -> Principal:
         """The principal of ``bearer``, which may read the agent ``agent_id``: one read (the
-        MCP endpoint's check of each request; mcp_server/http.py)."""
-        if not bearer:
-            raise Unauthenticated("A bearer token is required.")
+        MCP endpoint's check of each request; mcp_server/entrance.py). ``hints`` learns the
+        token's workspace, as in ``dispatch``."""
+        hashed = hash_of(bearer)  # no token: 401 before any read
         with self._uow(readonly=True) as tx:
-            principal = principal_of(tx, bearer)
+            try:
+                principal = principal_from(tx.tokens.by_hash(hashed))
+            except Unauthenticated:
+                self.hints.forget(hashed)  # a revoked token takes no workspace's turns
+                raise
+            self.hints.note(hashed, principal.workspace_id)  # the turn of its next calls
             principal.require("read")
             self._visible(tx, principal, agent_id)
         return principal
