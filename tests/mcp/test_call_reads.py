@@ -1,6 +1,7 @@
-"""An MCP ``tools/call`` over HTTP reads the database at most twice before its sandbox run:
-the entrance (the token and the agent), then the call's preparation (the agent's offer, the
-policy, the tool). Counted with SQLAlchemy's event hooks on the service's engine, on SQLite
+"""An MCP ``tools/call`` over HTTP reads the database once before its sandbox run when its
+session's transport answers it (mcp_server/fast.py): the entrance (the token and the agent)
+and the call's preparation (the agent's offer, the policy, the tool) in one unit; twice when
+the SDK serves it (a ``progressToken``: the entrance first, then the preparation). Counted with SQLAlchemy's event hooks on the service's engine, on SQLite
 and PostgreSQL, every statement included (the prepared ones too: storage/prepared.py).
 
 Not counted: the status re-read a run's admission makes once its sandbox process is ready,
@@ -157,7 +158,12 @@ def recording(rt: Runtime, monkeypatch: pytest.MonkeyPatch) -> Recorder:
     return recorder
 
 
-def call(served: Served, name: str, arguments: dict[str, Any], before: Any) -> Any:
+def call(
+    served: Served, name: str, arguments: dict[str, Any], before: Any, progress: bool = False
+) -> Any:
+    async def told(value: float, total: float | None, message: str | None) -> None:
+        pass
+
     async def go() -> Any:
         headers = {"Authorization": f"Bearer {TOKEN}"}
         async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
@@ -166,13 +172,16 @@ def call(served: Served, name: str, arguments: dict[str, Any], before: Any) -> A
                     await session.initialize()
                     await session.list_tools()
                     before()
-                    return await session.call_tool(name, arguments)
+                    return await session.call_tool(
+                        name, arguments, progress_callback=told if progress else None
+                    )
 
     return anyio.run(go)
 
 
-def test_a_tools_call_reads_twice_before_its_sandbox_run(
-    served: Served, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("progress", [False, True], ids=["answered-by-transport", "sdk"])
+def test_a_tools_call_reads_once_or_twice_before_its_sandbox_run(
+    served: Served, monkeypatch: pytest.MonkeyPatch, progress: bool
 ) -> None:
     recorder: Recorder | None = None
 
@@ -180,7 +189,7 @@ def test_a_tools_call_reads_twice_before_its_sandbox_run(
         nonlocal recorder
         recorder = recording(served.runtime, monkeypatch)
 
-    result = call(served, f"custom_{served.tool_id}", {"who": "counted"}, start)
+    result = call(served, f"custom_{served.tool_id}", {"who": "counted"}, start, progress)
     assert result.is_error is False and result.content[0].text == "hello counted"
     assert recorder is not None
     units = recorder.before_run()
@@ -190,10 +199,10 @@ def test_a_tools_call_reads_twice_before_its_sandbox_run(
     assert len(admissions) <= 1, described
     assert all(u.statements[0].startswith("SELECT tools.status") for u in admissions)
     reads = [u for u in units if not u.one_statement]
-    assert len(reads) == 2, described
-    entrance, preparation = (" ".join(u.statements) for u in reads)
+    assert len(reads) == (2 if progress else 1), described
+    entrance, preparation = " ".join(reads[0].statements), " ".join(reads[-1].statements)
     assert "FROM tokens" in entrance and "FROM agents" in entrance
     assert "FROM agents" in preparation and "FROM tools" in preparation
     # custom_{id} is no name a tool may have: the tool is read by its id, not looked up by
     # that name first (services/router.py, Router._custom_in).
-    assert not any("tools.name =" in s for s in reads[1].statements), described
+    assert not any("tools.name =" in s for s in reads[-1].statements), described

@@ -14,6 +14,7 @@ always did. tests/mcp/test_fast_calls.py sends both paths the same requests."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 from collections.abc import Mapping
@@ -45,6 +46,7 @@ from mcp_types import (
 )
 from mcp_types import methods as spec
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from opentelemetry.trace import Span
 from pydantic import ValidationError
 from sse_starlette import ServerSentEvent
 from starlette.requests import Request
@@ -96,7 +98,7 @@ class Sessions:
 
 
 class _Refused(Exception):
-    """The request's token or agent was refused (``Entrance.enter``): ``error``."""
+    """The request's token or agent was refused by the entrance's checks: ``error``."""
 
     def __init__(self, error: ToolkilnError) -> None:
         self.error = error
@@ -183,35 +185,56 @@ class Transport(StreamableHTTPServerTransport):
         return _Call(message.id, params, typed, version)
 
     def _answer(self, entrance: Entrance, call: _Call) -> str | JSONRPCError:
-        """On the call's thread: the request's check (``_Refused``), then what the SDK's
-        runner and dispatcher answer for the request, in the message's one span."""
-        try:
-            at = entrance.enter(self._manager.services)
-        except ToolkilnError as exc:
-            raise _Refused(exc) from None
+        """On the call's thread: what the SDK's runner and dispatcher answer for the
+        request, in the message's one span, begun once the request's token and agent passed
+        the entrance's checks, which the call's own read makes first (``AgentService.
+        dispatch`` given ``entered``); a ToolkilnError raised before is their refusal
+        (``_Refused``), answered as the endpoint answers it, with no span."""
         meta = call.params.get("_meta")
-        with tracing.mcp_message(
-            METHOD,
-            call.params,
-            meta if isinstance(meta, Mapping) else None,
-            request_id=call.id,
-            protocol_version=call.version,
-            session_id=self.mcp_session_id,
-            transport="tcp",
-        ) as span:
-            try:
-                result = self._manager.calls.dispatch(
-                    at, call.typed.name, call.typed.arguments or {}
+        opened = contextlib.ExitStack()
+        spans: list[Span] = []
+
+        def entered() -> None:
+            spans.append(
+                opened.enter_context(
+                    tracing.mcp_message(
+                        METHOD,
+                        call.params,
+                        meta if isinstance(meta, Mapping) else None,
+                        request_id=call.id,
+                        protocol_version=call.version,
+                        session_id=self.mcp_session_id,
+                        transport="tcp",
+                    )
                 )
+            )
+
+        with opened:
+            name, arguments = call.typed.name, call.typed.arguments or {}
+            try:
+                if entrance.endpoint is not None:  # checked before (McpHttp)
+                    entered()
+                    result = self._manager.calls.dispatch(entrance.endpoint, name, arguments)
+                else:
+                    result = self._manager.calls.enter_and_dispatch(
+                        entrance.bearer, entrance.agent_id, entrance.mode, name, arguments, entered
+                    )
                 dumped = shaped(result).model_dump(by_alias=True, mode="json", exclude_none=True)
-            except TooManyRequests as exc:
+            except ToolkilnError as exc:
+                if not spans:
+                    raise _Refused(exc) from None
+                if not isinstance(exc, TooManyRequests):
+                    failed_in(spans[0], exc)
+                    return JSONRPCError(jsonrpc="2.0", id=call.id, error=_error_of(exc))
                 dumped = shaped(exc).model_dump(by_alias=True, mode="json", exclude_none=True)
             except Exception as exc:
-                failed_in(span, exc)
+                if not spans:
+                    raise
+                failed_in(spans[0], exc)
                 return JSONRPCError(jsonrpc="2.0", id=call.id, error=_error_of(exc))
             dumped = spec.serialize_server_result(METHOD, call.version, dumped)
             if dumped.get("isError"):
-                tracing.mcp_answered(span, "tool_error")
+                tracing.mcp_answered(spans[0], "tool_error")
             # JSONRPCResponse's JSON, by pydantic's encoder, with no model built for it
             answer = {"jsonrpc": "2.0", "id": call.id, "result": dumped}
             return pydantic_core.to_json(answer).decode()

@@ -33,7 +33,7 @@ from pydantic import ValidationError
 
 import toolkiln
 from toolkiln.api.offload import Offload
-from toolkiln.domain.auth import Principal
+from toolkiln.domain.auth import Bearer, Principal
 from toolkiln.domain.errors import ToolkilnError, TooManyRequests
 from toolkiln.domain.results import Result
 from toolkiln.mcp_server.render import error_text
@@ -314,6 +314,23 @@ class ToolCalls:
         agents = self._services.agents
         return agents.dispatch(
             at.principal, at.agent_id, name, arguments, CallContext(), at.mode, on_status
+        )
+
+    def enter_and_dispatch(
+        self,
+        bearer: str | None,
+        agent_id: str,
+        mode: str,
+        name: str,
+        arguments: dict[str, Any],
+        entered: Callable[[], None],
+    ) -> Result:
+        """On a thread: the call of a request whose token and agent are not checked yet,
+        checked first in the call's own read (``AgentService.dispatch`` given ``entered``,
+        called once they passed)."""
+        agents = self._services.agents
+        return agents.dispatch(
+            Bearer(bearer), agent_id, name, arguments, CallContext(), mode, entered=entered
         )
 
     async def run(self, fn: Callable[[], T], turn: str) -> T:

@@ -265,14 +265,24 @@ class AgentService:
         token's workspace, as in ``dispatch``."""
         hashed = hash_of(bearer)  # no token: 401 before any read
         with self._uow(readonly=True) as tx:
-            try:
-                principal = principal_from(tx.tokens.by_hash(hashed))
-            except Unauthenticated:
-                self.hints.forget(hashed)  # a revoked token takes no workspace's turns
-                raise
-            self.hints.note(hashed, principal.workspace_id)  # the turn of its next calls
-            principal.require("read")
-            self._visible(tx, principal, agent_id)
+            return self._entered(tx, hashed, agent_id)
+
+    def _entered(self, tx: UnitOfWork, hashed: str, agent_id: str) -> Principal:
+        """``enter``'s checks, in ``tx``."""
+        principal = self._token(tx, hashed)
+        principal.require("read")
+        self._visible(tx, principal, agent_id)
+        return principal
+
+    def _token(self, tx: UnitOfWork, hashed: str) -> Principal:
+        """Who the token is, read in ``tx``; ``hints`` learns its workspace (the turn of its
+        next calls), and forgets a token refused (it takes no workspace's turns)."""
+        try:
+            principal = principal_from(tx.tokens.by_hash(hashed))
+        except Unauthenticated:
+            self.hints.forget(hashed)
+            raise
+        self.hints.note(hashed, principal.workspace_id)
         return principal
 
     # -- the one dispatch call
@@ -286,6 +296,7 @@ class AgentService:
         who: CallContext,
         mode: str = "direct",
         on_status: Callable[[str], None] | None = None,
+        entered: Callable[[], None] | None = None,
     ) -> Result:
         """One tool call of the agent. ``mode="code"`` (an MCP session in code mode) offers
         ``run_program`` alone. One read prepares it (the agent, its offer, the workspace
@@ -293,27 +304,33 @@ class AgentService:
         docs/decisions/402-an-mcp-call-reads-twice.md);
         ``on_status`` is then told the tool's status line, if it has one, before it runs.
         Given the request's ``Bearer`` (the REST route's fast path), the token is checked in
-        that read too, first (``hints`` learns its workspace, as for invoke)."""
-        hashed = "" if isinstance(credential, Principal) else hash_of(credential.value)
+        that read too, first (``hints`` learns its workspace, as for invoke). Given
+        ``entered`` too (an MCP ``tools/call``: mcp_server/fast.py), that read first makes
+        the MCP entrance's checks (``enter``: the token may read the agent), and
+        ``entered`` is called once they passed: what is raised before is the entrance's
+        refusal."""
+        hashed = ""
         if isinstance(credential, Principal):
             self._may_call(credential, who)
+        else:
+            hashed = hash_of(credential.value)  # no token: 401 before any read
         # run_program's ctx reaches the code-mode tools; any other name, the direct ones.
-        if mode == "code" and name != RUN_PROGRAM:
-            message = f"In code mode the one tool is {RUN_PROGRAM}."
-            err = error("unknown_tool", message, {"available": [RUN_PROGRAM]})
-            return refused(who.call_id(), None, None, err)
+        code_only = mode == "code" and name != RUN_PROGRAM
+        if code_only and entered is None:
+            return _code_only(who)
         mode = "code" if name == RUN_PROGRAM else "direct"
         found: Found | None = None
         with self._uow(readonly=True) as tx:
             if isinstance(credential, Principal):
                 principal = credential
+            elif entered is not None:
+                principal = self._entered(tx, hashed, agent_id)
+                entered()
+                self._may_call(principal, who)
+                if code_only:
+                    return _code_only(who)
             else:
-                try:
-                    principal = principal_from(tx.tokens.by_hash(hashed))
-                except Unauthenticated:
-                    self.hints.forget(hashed)  # a revoked token takes no workspace's turns
-                    raise
-                self.hints.note(hashed, principal.workspace_id)
+                principal = self._token(tx, hashed)
                 self._may_call(principal, who)
             agent, policy, defs = self._defs_in(tx, principal, agent_id, mode)
             offer = Offer(
@@ -347,3 +364,9 @@ class AgentService:
         if agent is None or not principal.can_see(agent.workspace_id):
             raise NotFound("No agent with that id.")
         return agent
+
+
+def _code_only(who: CallContext) -> Result:
+    message = f"In code mode the one tool is {RUN_PROGRAM}."
+    err = error("unknown_tool", message, {"available": [RUN_PROGRAM]})
+    return refused(who.call_id(), None, None, err)
