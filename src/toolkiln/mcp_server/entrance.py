@@ -1,8 +1,9 @@
 """Who a request to ``/mcp/agents/{agent_id}`` calls as: its bearer token and the agent its
 path names, checked in one read (``AgentService.enter``) before anything the request asks is
 served. ``McpHttp`` makes the check on anyio's thread hand-off; a ``tools/call`` that a
-session's transport answers itself has it made first on the call's own thread
-(mcp_server/fast.py). Refused, the request gets the REST API's answer to the same error
+session's transport answers itself has it made first in the call's own read
+(mcp_server/fast.py, ``AgentService.dispatch`` given ``entered``). Refused, the request
+gets the REST API's answer to the same error
 (tests/mcp/test_mcp.py::test_http_refuses_as_the_rest_api_does)."""
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """A ``tools/call`` on an initialized streamable HTTP session, answered by the session's
 transport itself instead of through the SDK's session machinery (its message streams, the
 dispatcher's task per request, sse-starlette's task group per answer): the same call
-(``ToolCalls``), the same checks, the same result, error and span, one event on the wire
+(``ToolCalls``), the same checks (the token's and the agent's made in the call's own read),
+the same result, error and span, one event on the wire
 (docs/decisions/181-mcp-calls-answered-by-the-transport.md).
 
 Only a request the SDK would serve as the plain case is taken: a POST the transport accepts
@@ -106,7 +107,7 @@ class _Refused(Exception):
 
 class Transport(StreamableHTTPServerTransport):
     """The SDK's transport for one session, but a plain ``tools/call`` (above) is answered
-    here, the request's token and agent checked first on the call's own thread."""
+    here, the request's token and agent checked first in the call's own read."""
 
     peer: ServerSession | None = None
 
