@@ -25,6 +25,7 @@ from uuid import uuid4
 
 import mcp.types as types
 import pydantic_core
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, authorization_context
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.session import ServerSession
 from mcp.server.streamable_http import (
@@ -145,6 +146,10 @@ class Transport(StreamableHTTPServerTransport):
         except _Refused as exc:
             await refusal(exc.error)(scope, receive, send)
             return
+        except TooManyRequests as exc:  # no turn for it: a failed result, as ToolCalls answers
+            answer = _result(
+                call, shaped(exc).model_dump(by_alias=True, mode="json", exclude_none=True)
+            )
         self._manager.answered += 1
         data = (
             answer.model_dump_json(by_alias=True, exclude_unset=True)
@@ -233,12 +238,15 @@ class Transport(StreamableHTTPServerTransport):
                     raise
                 failed_in(spans[0], exc)
                 return JSONRPCError(jsonrpc="2.0", id=call.id, error=_error_of(exc))
-            dumped = spec.serialize_server_result(METHOD, call.version, dumped)
             if dumped.get("isError"):
                 tracing.mcp_answered(spans[0], "tool_error")
-            # JSONRPCResponse's JSON, by pydantic's encoder, with no model built for it
-            answer = {"jsonrpc": "2.0", "id": call.id, "result": dumped}
-            return pydantic_core.to_json(answer).decode()
+            return _result(call, dumped)
+
+
+def _result(call: _Call, dumped: dict[str, Any]) -> str:
+    """The call's JSONRPCResponse as JSON, by pydantic's encoder, with no model built for it."""
+    result = spec.serialize_server_result(METHOD, call.version, dumped)
+    return pydantic_core.to_json({"jsonrpc": "2.0", "id": call.id, "result": result}).decode()
 
 
 def _error_of(exc: Exception) -> ErrorData:
@@ -265,7 +273,8 @@ class SessionManager(StreamableHTTPSessionManager):
         of the handshake era, on an initialized session this manager serves. What the SDK
         refuses before a transport's POST handling (a session not found or ended, a body
         not declared JSON, a version of another era) is thus never refused here before the
-        token is checked (tests/mcp/test_fast_calls.py)."""
+        token is checked, nor is a session used with a token other than its owner's
+        (tests/mcp/test_fast_calls.py, tests/mcp/test_fast_review.py)."""
         if scope["method"] != "POST":
             return False
         if not headers.get("content-type", "").lower().startswith(CONTENT_TYPE_JSON):
@@ -273,9 +282,14 @@ class SessionManager(StreamableHTTPSessionManager):
         version = headers.get(MCP_PROTOCOL_VERSION_HEADER)
         if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
             return False
-        transport = self._server_instances.get(headers.get(MCP_SESSION_ID_HEADER, ""))
+        session_id = headers.get(MCP_SESSION_ID_HEADER, "")
+        transport = self._server_instances.get(session_id)
+        user = scope.get("user")  # McpHttp's: the request's token (the session's owner?)
+        if not isinstance(user, AuthenticatedUser):
+            return False
         return (
-            isinstance(transport, Transport)
+            self._session_owners.get(session_id) == authorization_context(user)
+            and isinstance(transport, Transport)
             and transport.initialized
             and not transport.is_terminated
             and (transport.idle_scope is None or not transport.idle_scope.cancel_called)

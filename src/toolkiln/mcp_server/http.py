@@ -10,6 +10,8 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 import anyio
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
 from mcp.server.context import ServerRequestContext
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
@@ -25,6 +27,7 @@ from toolkiln.mcp_server.server import (
     make_server,
     tool_list_watcher,
 )
+from toolkiln.services.access import hash_of
 from toolkiln.services.container import Services
 
 PREFIX = "/agents/"
@@ -33,6 +36,12 @@ PREFIX = "/agents/"
 def _bearer(headers: Any) -> str | None:
     scheme, _, value = (headers.get("authorization") or "").partition(" ")
     return value.strip() if scheme.lower() == "bearer" else None
+
+
+def _holder(bearer: str | None) -> AuthenticatedUser:
+    """Who holds a session, for the SDK's owner check: the token's hash (never the token)."""
+    held = hash_of(bearer) if bearer else ""
+    return AuthenticatedUser(AccessToken(token=held, client_id=held, scopes=[]))
 
 
 def _agent_of(path: str) -> str:
@@ -89,7 +98,11 @@ class McpHttp:
             )
             return
         scope["route"] = ROUTE  # /metrics counts requests by the route's template
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        # A header sent twice counts by its first value, as Starlette's and the SDK's reads do
+        # (tests/mcp/test_fast_review.py).
+        headers: dict[str, str] = {}
+        for k, v in scope.get("headers", []):
+            headers.setdefault(k.decode("latin-1"), v.decode("latin-1"))
         q = dict(parse_qsl(scope["query_string"].decode("latin-1"), keep_blank_values=True))
         entrance = Entrance(
             _bearer(headers),
@@ -99,6 +112,9 @@ class McpHttp:
             q.get("names", "id"),
         )
         scope.setdefault("state", {})[ENTRANCE] = entrance
+        # The SDK's manager serves a session only to the credential that opened it (any other
+        # gets 404, as for a session that does not exist): the credential is its token's hash.
+        scope["user"] = _holder(entrance.bearer)
         # The token and the agent in one read, before anything else of the request (listing
         # needs read and calling needs invoke: the services check each request); a request
         # its session's transport may answer itself has it checked there (mcp_server/fast.py).
