@@ -120,7 +120,7 @@ lint: install
 	cd $(WEB) && npm run --silent lint
 
 test: lint browser nginx prometheus containers kubectl
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=25
 	$(BIN)/python -m tests.runners.rootless_suite subuid -q $(ROOTLESS_QUICK)
 
 # The jail tests with the test process itself as a rootless runner
