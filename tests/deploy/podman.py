@@ -9,7 +9,6 @@ podman's layer cache, so a run after a change to the sources rebuilds only the l
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shlex
@@ -19,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.conftest import ROOT
+from toolkiln.sandbox.cgroups import undelegate
 
 IMAGE = "localhost/toolkiln:test"
 # crun refuses this host's hybrid cgroup layout; runc is what `make containers` installs.
@@ -100,16 +100,7 @@ class Delegated:
                 os.chown(entry, IMAGE_UID, -1)
 
     def remove(self) -> None:
-        """Deepest first: a cgroup directory is removed with rmdir, never emptied."""
-        for path in self.paths():
-            if not path.exists():
-                continue
-            for sub in sorted(path.rglob("*"), key=lambda p: len(p.parts), reverse=True):
-                if sub.is_dir():
-                    with contextlib.suppress(OSError):
-                        sub.rmdir()
-            with contextlib.suppress(OSError):
-                path.rmdir()
+        undelegate(self.paths())
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,9 @@ from mcp.types import LATEST_PROTOCOL_VERSION
 from mcp_types import INVALID_PARAMS
 
 from tests.conftest import serving
+from tests.mcp.offered import greet_and_boom
 from toolkiln.app import build
 from toolkiln.config import Settings
-from toolkiln.domain.tools import ToolDraft
 from toolkiln.mcp_server.fast import SessionManager
 
 TOKEN = "tk_mcp-fast-admin"
@@ -52,32 +52,8 @@ class Live:
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     rt = build(Settings(data_dir=tmp_path_factory.mktemp("mcp-fast")))
     access = rt.services.access
-    access.bootstrap(TOKEN)
-    who = access.authenticate(TOKEN)
-    tools = rt.services.tools
-    ok = tools.create(
-        who,
-        who.workspace_id,
-        ToolDraft.of(
-            name="greet",
-            language="python",
-            code="def main(**p):\n    return {'message': 'hello ' + p['who'], 'rawData': {'n': 1}}",
-            parameters={"who": {"type": "string", "required": True}},
-            execution_message_description="Greeting someone",
-        ),
-    )
-    bad = tools.create(
-        who,
-        who.workspace_id,
-        ToolDraft.of(
-            name="boom",
-            language="python",
-            code="def main(**p):\n    raise ValueError('kaboom')\n    return {}",
-        ),
-    )
-    agent = rt.services.agents.create(who, who.workspace_id, "fast-agent")
-    rt.services.agents.enable_tool(who, agent.id, ok.id, None)
-    rt.services.agents.enable_tool(who, agent.id, bad.id, None)
+    offered = greet_and_boom(rt, TOKEN, "fast-agent")
+    who, agent, ok, bad = offered.who, offered.agent_id, offered.ok_id, offered.bad_id
     reader = access.create_token(None, who.workspace_id, "read").value
     other = access.create_token(None, access.create_workspace(None, "else").id, "read,invoke")
     apps: list[FastAPI] = []
@@ -88,7 +64,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
 
     try:
         with serving(rt, wrap=keep) as base:
-            yield Live(base, apps[0], agent.id, ok.id, bad.id, reader, other.value)
+            yield Live(base, apps[0], agent, ok, bad, reader, other.value)
     finally:
         rt.close()
 

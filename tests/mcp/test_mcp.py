@@ -17,6 +17,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.conftest import serving
+from tests.mcp.offered import greet_and_boom
 from toolkiln.app import Runtime, build
 from toolkiln.config import Settings
 from toolkiln.domain.tools import ToolDraft
@@ -40,37 +41,12 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     data_dir = tmp_path_factory.mktemp("mcp")
     rt = build(Settings(data_dir=data_dir))
     access = rt.services.access
-    access.bootstrap(TOKEN)
-    who = access.authenticate(TOKEN)
-    tools = rt.services.tools
-    ok = tools.create(
-        who,
-        who.workspace_id,
-        ToolDraft.of(
-            name="greet",
-            language="python",
-            code="def main(**p):\n    return {'message': 'hello ' + p['who'], 'rawData': {'n': 1}}",
-            parameters={"who": {"type": "string", "required": True}},
-            execution_message_description="Greeting someone",
-        ),
-    )
-    bad = tools.create(
-        who,
-        who.workspace_id,
-        ToolDraft.of(
-            name="boom",
-            language="python",
-            code="def main(**p):\n    raise ValueError('kaboom')\n    return {}",
-        ),
-    )
-    agent = rt.services.agents.create(who, who.workspace_id, "mcp-agent")
-    rt.services.agents.enable_tool(who, agent.id, ok.id, None)
-    rt.services.agents.enable_tool(who, agent.id, bad.id, None)
+    offered = greet_and_boom(rt, TOKEN, "mcp-agent")
     other_ws = access.create_workspace(None, "elsewhere")
     other = access.create_token(None, other_ws.id, "read,invoke").value
     try:
         with serving(rt) as base:
-            yield Live(rt, base, data_dir, agent.id, ok.id, bad.id, other)
+            yield Live(rt, base, data_dir, offered.agent_id, offered.ok_id, offered.bad_id, other)
     finally:
         rt.close()
 
