@@ -23,10 +23,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.api.calls import in_both_languages
 from tests.conftest import ROOT, free_port
 from tests.deploy import units
 from tests.deploy.podman import CAPS, ROOT_RUNNER_CAPS, HostView, descendants
-from tests.reliability.harness import wait_for
+from tests.reliability.harness import admin, wait_for, wait_healthy
 from tests.runners.rootless import USER, Delegated, Host, make_host, why_not
 
 UNITS = ROOT / "deploy" / "systemd"
@@ -209,29 +210,11 @@ def test_the_api_and_runner_units_serve_calls_with_no_host_root(place: Place) ->
         TOOLKILN_PORT=str(api_port),
     )
     base = f"http://127.0.0.1:{api_port}"
-
-    def healthy() -> bool:
-        assert api.proc.poll() is None, api.output()
-        try:
-            return httpx.get(f"{base}/healthz", timeout=5).status_code == 200
-        except httpx.TransportError:
-            return False
-
-    wait_for("the API unit", healthy, 120)
-    auth = {"Authorization": f"Bearer {TOKEN}"}
-    with httpx.Client(base_url=base, headers=auth, timeout=60) as http:
-        ws = http.get("/v1/workspaces").json()["data"][0]["id"]
-        for language, code in (("python", PYTHON), ("javascript", JS)):
-            body = {"workspace_id": ws, "language": language, "code": code}
-            body |= {"name": f"unit-{language}", "input_schema": {"type": "object"}}
-            tool = http.post("/v1/custom-tools", json=body)
-            assert tool.status_code == 201, tool.text
-            tid = tool.json()["data"]["id"]
-            done = http.post(f"/v1/custom-tools/{tid}/invoke", json={"input": {"x": "on"}})
-            assert done.json()["data"]["status"] == "ok", done.text
-            if language == "python":  # the call ran at an id of the runner's range
-                (uid,) = done.json()["data"]["raw_data"]
-                assert uid >= 20_000, uid
+    wait_healthy("the API unit", base, api.proc, api.output, 120)
+    with httpx.Client(base_url=base, headers=admin(TOKEN), timeout=60) as http:
+        results = in_both_languages(http, "unit", PYTHON, JS)
+    (uid,) = results["python"]["raw_data"]
+    assert uid >= 20_000, uid  # the call ran at an id of the runner's range
     _check_api(api)
     _check_runner(runner, place.host)
 

@@ -44,6 +44,26 @@ def _pg_bin() -> Path:
     return Path(found[-1]).parent
 
 
+def wait_healthy(
+    what: str,
+    base: str,
+    proc: subprocess.Popen[bytes],
+    output: Callable[[], str],
+    deadline_s: float = 90.0,
+) -> None:
+    """Waits until ``base``/healthz answers 200; fails at once, with ``output()``, should
+    ``proc`` (what serves it) exit first."""
+
+    def ready() -> bool:
+        assert proc.poll() is None, f"{what} exited: {output()}"
+        try:
+            return httpx.get(f"{base}/healthz", timeout=5).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    wait_for(what, ready, deadline_s)
+
+
 class PgCluster:
     """A throwaway PostgreSQL cluster on its own port and data directory.
 
@@ -165,14 +185,7 @@ class Serve:
             )
 
     def wait_ready(self, deadline_s: float = 90.0) -> Serve:
-        def ready() -> bool:
-            assert self.proc.poll() is None, f"serve exited: {self.output()}"
-            try:
-                return httpx.get(f"{self.base}/healthz", timeout=5).status_code == 200
-            except httpx.TransportError:
-                return False
-
-        wait_for(f"serve on {self.port}", ready, deadline_s)
+        wait_healthy(f"serve on {self.port}", self.base, self.proc, self.output, deadline_s)
         return self
 
     def output(self) -> str:

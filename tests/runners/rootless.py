@@ -21,10 +21,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.reliability.harness import wait_for
+from tests.conftest import free_port
+from tests.reliability.harness import wait_for, wait_healthy
 from toolkiln.sandbox import cgroups
 
 USER = "toolkiln-rl"
@@ -233,6 +236,25 @@ class RootlessRunner:
     def stop(self) -> None:
         stop(self.proc)
         shutil.rmtree(self.home, ignore_errors=True)
+
+
+@contextmanager
+def unprivileged_api(
+    host: Host, token: str, deadline_s: float
+) -> Iterator[tuple[RootlessRunner, str]]:
+    """``toolkiln serve`` as the test user (the ``subuid`` shape), given nothing but a
+    delegated cgroup and ``token`` to bootstrap: the process and its base URL once /healthz
+    answers; stopped, and its cgroup removed, when the block ends."""
+    cgroup = Delegated(host.user.pw_uid).make()
+    port = free_port()
+    api = RootlessRunner(host, "subuid", cgroup, serve=port, TOOLKILN_BOOTSTRAP_TOKEN=token)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy("the unprivileged API", base, api.proc, api.output, deadline_s)
+        yield api, base
+    finally:
+        api.stop()
+        cgroup.remove()
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:

@@ -18,11 +18,20 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.conftest import free_port, own_service
+from tests.api.calls import draft_run, in_both_languages
+from tests.conftest import own_service
 from tests.deploy.podman import HostView, host_view
-from tests.reliability.harness import wait_for
+from tests.reliability.harness import admin, wait_for
 from tests.runners.harness import descendants
-from tests.runners.rootless import SHAPES, Delegated, Host, RootlessRunner, make_host, why_not
+from tests.runners.rootless import (
+    SHAPES,
+    Delegated,
+    Host,
+    RootlessRunner,
+    make_host,
+    unprivileged_api,
+    why_not,
+)
 
 pytestmark = pytest.mark.skipif(why_not() is not None, reason=str(why_not()))
 TOKEN = "tk_rootless-" + secrets.token_hex(8)
@@ -82,20 +91,8 @@ def served(
 def _run(served: tuple[RootlessRunner, TestClient, dict[str, str]], code: str, **kw: Any) -> Any:
     """A test run of ``code`` (not stored), as the view's "Test" does."""
     _, client, auth = served
-    body = {
-        "workspace_id": auth["ws"],
-        "name": "rootless",
-        "language": kw.get("language", "python"),
-        "code": code,
-        "input_schema": {"type": "object"},
-        "input": kw.get("input", {}),
-        "timeout_ms": kw.get("timeout_ms", 3000),
-    }
-    answer = client.post(
-        "/v1/custom-tools/test", json=body, headers={"Authorization": auth["Authorization"]}
-    )
-    assert answer.status_code == 200, answer.text
-    return answer.json()["data"]
+    headers = {"Authorization": auth["Authorization"]}
+    return draft_run(client, headers, auth["ws"], code, name="rootless", **kw)
 
 
 def _tree(runner: RootlessRunner) -> list[HostView]:
@@ -121,7 +118,7 @@ def test_every_layer_holds_without_host_root(
     assert uid == gid and uid >= 20_000  # an id of the namespace's mapped range
     assert _run(served, SOCKET)["error"]["code"] == "sandbox_violation"  # seccomp: SIGSYS
     assert _run(served, HOG)["error"]["code"] == "memory_limit"  # the delegated cgroup
-    js = _run(served, JS, language="javascript", input={"x": "on"})
+    js = _run(served, JS, language="javascript", payload={"x": "on"})
     assert js["status"] == "ok" and js["message"] == "js on", js
     spin = "def main(**p):\n    while True:\n        pass\n    return {}"
     assert _run(served, spin, timeout_ms=500)["error"]["code"] == "timeout"
@@ -175,31 +172,9 @@ def test_an_unprivileged_api_and_its_embedded_runner_hold_no_host_root(
     """`toolkiln serve` as an unprivileged user, nothing else given but a delegated cgroup:
     the API holds no capability, its embedded runner makes its own user namespace, and real
     calls run in both languages."""
-    cgroup = Delegated(host.user.pw_uid).make()
-    port = free_port()
-    api = RootlessRunner(host, "subuid", cgroup, serve=port, TOOLKILN_BOOTSTRAP_TOKEN=TOKEN)
-    base = f"http://127.0.0.1:{port}"
-    try:
-
-        def healthy() -> bool:
-            assert api.proc.poll() is None, api.output()
-            try:
-                return httpx.get(f"{base}/healthz", timeout=5).status_code == 200
-            except httpx.TransportError:
-                return False
-
-        wait_for("the unprivileged API", healthy, 120)
-        auth = {"Authorization": f"Bearer {TOKEN}"}
-        with httpx.Client(base_url=base, headers=auth, timeout=60) as http:
-            ws = http.get("/v1/workspaces").json()["data"][0]["id"]
-            for language, code in (("python", PROBE), ("javascript", JS)):
-                body = {"workspace_id": ws, "language": language, "code": code}
-                body |= {"name": f"rl-{language}", "input_schema": {"type": "object"}}
-                tool = http.post("/v1/custom-tools", json=body)
-                assert tool.status_code == 201, tool.text
-                tid = tool.json()["data"]["id"]
-                done = http.post(f"/v1/custom-tools/{tid}/invoke", json={"input": {"x": "on"}})
-                assert done.json()["data"]["status"] == "ok", done.text
+    with unprivileged_api(host, TOKEN, 120) as (api, base):
+        with httpx.Client(base_url=base, headers=admin(TOKEN), timeout=60) as http:
+            in_both_languages(http, "rl", PROBE, JS)
         procs = [v for v in (host_view(p) for p in [api.proc.pid, *descendants(api.proc.pid)]) if v]
         print("\nhost uids of the unprivileged API's processes:")
         for p in procs:
@@ -211,9 +186,6 @@ def test_an_unprivileged_api_and_its_embedded_runner_hold_no_host_root(
         assert top.uids == (host.user.pw_uid,) * 4 and top.cap_eff == 0 and top.cap_bnd != 0
         assert _host_userns(top)
         assert [p for p in procs if p.uids[0] in host.tool_uids("subuid")], "no tool process"
-    finally:
-        api.stop()
-        cgroup.remove()
 
 
 def _refused(runner: RootlessRunner) -> str:

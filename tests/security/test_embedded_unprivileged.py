@@ -18,11 +18,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import free_port
+from tests.api.calls import created, first_workspace, invoked, tool_body
 from tests.deploy.podman import host_view
 from tests.reliability.harness import Serve, admin, wait_for
 from tests.runners.harness import cmdline, descendants
-from tests.runners.rootless import Delegated, RootlessRunner, make_host, why_not
+from tests.runners.rootless import make_host, unprivileged_api, why_not
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("nsenter") is None or shutil.which("setpriv") is None,
@@ -86,20 +86,15 @@ def test_every_kind_of_call_runs_under_a_runner_without_host_root(
         _unprivileged_runner(api)
         js = {"language": "javascript", "code": "function main(p) { return {message: 'js'} }"}
         assert http.post("/v1/run-code", json=js).json()["data"]["message"] == "js"
-        ws = http.get("/v1/workspaces").json()["data"][0]["id"]
-        made = {}
-        for name, code in (("inner", INNER), ("outer", OUTER)):
-            body = {"workspace_id": ws, "name": name, "language": "python", "code": code}
-            r = http.post("/v1/custom-tools", json={**body, "input_schema": {"type": "object"}})
-            assert r.status_code == 201, r.text  # its code check ran on the runner
-            made[name] = r.json()["data"]["id"]
-        done = http.post(f"/v1/custom-tools/{made['inner']}/invoke", json={"input": {"n": 1}})
+        ws = first_workspace(http)
+        # Created (201): each one's code check ran on the runner.
+        inner, outer = created(http, ws, "inner", INNER), created(http, ws, "outer", OUTER)
+        done = invoked(http, inner, {"n": 1})
         assert done.json()["data"]["message"] == "inner 1", done.text
-        done = http.post(f"/v1/custom-tools/{made['outer']}/invoke", json={"input": {}})
+        done = invoked(http, outer, {})
         data = done.json()["data"]
         assert data["message"] == "inner 7" and data["ctx_calls"] == 1, done.text
-        bad = {"workspace_id": ws, "name": "bad", "language": "python", "code": "def main(:\n"}
-        r = http.post("/v1/custom-tools", json={**bad, "input_schema": {"type": "object"}})
+        r = http.post("/v1/custom-tools", json=tool_body(ws, "bad", "def main(:\n"))
         assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_tool", r.text
 
 
@@ -136,32 +131,19 @@ def test_an_unprivileged_apis_runner_cannot_read_it() -> None:
     if (why := why_not()) is not None:
         pytest.skip(why)
     host = make_host()
-    cgroup = Delegated(host.user.pw_uid).make()
-    port = free_port()
-    api = RootlessRunner(host, "subuid", cgroup, serve=port, TOOLKILN_BOOTSTRAP_TOKEN=TOKEN)
     try:
-
-        def healthy() -> bool:
-            assert api.proc.poll() is None, api.output()
-            try:
-                return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
-            except httpx.TransportError:
-                return False
-
-        wait_for("the unprivileged API", healthy, 180)
-        (view,) = [v for v in [host_view(api.proc.pid)] if v]
-        assert view.uids == (host.user.pw_uid,) * 4
-        name = host.user.pw_name
-        as_api = ["setpriv", "--reuid", name, "--regid", name, "--clear-groups"]
-        for what in ("environ", "mem"):
-            target = f"/proc/{api.proc.pid}/{what}"
-            probe = subprocess.run(
-                [*as_api, "cat", target], capture_output=True, text=True, check=False
-            )
-            assert probe.returncode != 0 and "Permission denied" in probe.stderr, probe.stderr
+        with unprivileged_api(host, TOKEN, 180) as (api, _):
+            (view,) = [v for v in [host_view(api.proc.pid)] if v]
+            assert view.uids == (host.user.pw_uid,) * 4
+            name = host.user.pw_name
+            as_api = ["setpriv", "--reuid", name, "--regid", name, "--clear-groups"]
+            for what in ("environ", "mem"):
+                target = f"/proc/{api.proc.pid}/{what}"
+                probe = subprocess.run(
+                    [*as_api, "cat", target], capture_output=True, text=True, check=False
+                )
+                assert probe.returncode != 0 and "Permission denied" in probe.stderr, probe.stderr
     finally:
-        api.stop()
-        cgroup.remove()
         shutil.rmtree(host.base, ignore_errors=True)
 
 
