@@ -27,7 +27,7 @@ from tests.api.calls import in_both_languages
 from tests.conftest import ROOT, free_port
 from tests.deploy import units
 from tests.deploy.podman import CAPS, ROOT_RUNNER_CAPS, HostView, descendants
-from tests.reliability.harness import admin, wait_for, wait_healthy
+from tests.reliability.harness import admin, wait_healthy, wait_listening
 from tests.runners.rootless import USER, Delegated, Host, make_host, why_not
 
 UNITS = ROOT / "deploy" / "systemd"
@@ -193,12 +193,7 @@ def test_the_api_and_runner_units_serve_calls_with_no_host_root(place: Place) ->
     token = secrets.token_urlsafe(24)
     runner_port, api_port = free_port(), free_port()
     runner = place.runner(token, runner_port)
-
-    def listening() -> bool:
-        assert runner.proc.poll() is None, f"the runner exited: {runner.output()}"
-        return "runner listening on" in runner.output()
-
-    wait_for("the runner unit listening", listening, 120)
+    wait_listening("the runner unit", runner.proc, runner.output)
     api = place.start(
         "toolkiln-api.service",
         {

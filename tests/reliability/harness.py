@@ -44,6 +44,23 @@ def _pg_bin() -> Path:
     return Path(found[-1]).parent
 
 
+def wait_running(
+    what: str,
+    proc: subprocess.Popen[bytes],
+    output: Callable[[], str],
+    check: Callable[[], bool],
+    deadline_s: float,
+) -> None:
+    """Polls ``check`` as ``wait_for`` does; fails at once, with ``output()``, should ``proc``
+    (what it waits on) exit first."""
+
+    def alive_and_done() -> bool:
+        assert proc.poll() is None, f"{what} exited: {output()}"
+        return check()
+
+    wait_for(what, alive_and_done, deadline_s)
+
+
 def wait_healthy(
     what: str,
     base: str,
@@ -51,17 +68,22 @@ def wait_healthy(
     output: Callable[[], str],
     deadline_s: float = 90.0,
 ) -> None:
-    """Waits until ``base``/healthz answers 200; fails at once, with ``output()``, should
-    ``proc`` (what serves it) exit first."""
+    """Waits until ``base``/healthz answers 200 (``proc`` serves it)."""
 
-    def ready() -> bool:
-        assert proc.poll() is None, f"{what} exited: {output()}"
+    def healthy() -> bool:
         try:
             return httpx.get(f"{base}/healthz", timeout=5).status_code == 200
         except httpx.TransportError:
             return False
 
-    wait_for(what, ready, deadline_s)
+    wait_running(what, proc, output, healthy, deadline_s)
+
+
+def wait_listening(
+    what: str, proc: subprocess.Popen[bytes], output: Callable[[], str], deadline_s: float = 120
+) -> None:
+    """Waits until a runner's ``output()`` says it listens."""
+    wait_running(what, proc, output, lambda: "runner listening on" in output(), deadline_s)
 
 
 class PgCluster:

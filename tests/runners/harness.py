@@ -8,7 +8,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from tests.reliability.harness import TOOLKILN, free_port, wait_for
+from tests.reliability.harness import TOOLKILN, free_port, wait_listening
 
 
 class Runner:
@@ -38,11 +38,7 @@ class Runner:
             )
 
     def wait_listening(self) -> Runner:
-        def listening() -> bool:
-            assert self.proc.poll() is None, f"runner exited: {self.output()}"
-            return "runner listening on" in self.output()
-
-        wait_for(f"runner on {self.port}", listening, 120)
+        wait_listening(f"runner on {self.port}", self.proc, self.output)
         return self
 
     def output(self) -> str:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.conftest import free_port
-from tests.reliability.harness import wait_for, wait_healthy
+from tests.reliability.harness import wait_healthy, wait_listening
 from toolkiln.sandbox import cgroups
 
 USER = "toolkiln-rl"
@@ -223,11 +223,7 @@ class RootlessRunner:
         return self.log.read_text(errors="replace")[-6000:]
 
     def wait_listening(self) -> RootlessRunner:
-        def listening() -> bool:
-            assert self.proc.poll() is None, f"runner exited: {self.output()}"
-            return "runner listening on" in self.output()
-
-        wait_for(f"the {self.shape} runner", listening, 120)
+        wait_listening(f"the {self.shape} runner", self.proc, self.output)
         return self
 
     def wait_exit(self, timeout_s: float = 120) -> int:
