@@ -11,6 +11,8 @@ import httpx
 
 from tests.reliability.harness import Serve, admin, wait_for
 from tests.runners.harness import cmdline, descendants
+from toolkiln.runners.local import EMBEDDED_CGROUP
+from toolkiln.sandbox import cgroups
 
 TOKEN = "tk_embedded-admin-token"
 CODE = {"language": "python", "code": "def main(**p):\n    return {'message': 'back'}\n"}
@@ -46,10 +48,17 @@ def test_a_killed_embedded_runner_is_started_again(tmp_path: Path) -> None:
     assert "Fatal Python error" not in api.log.read_text(errors="replace")
 
 
+def _delegated_groups(api_pid: int) -> list[Path]:
+    """The cgroups a host-root API delegated to its runner (runners/local.py, OwnIds)."""
+    prefix = f"{EMBEDDED_CGROUP}{api_pid}-"
+    return [g for base in cgroups._places("") for g in base.glob(f"{prefix}*")]
+
+
 def test_an_api_killed_leaves_no_runner_behind(tmp_path: Path) -> None:
     """The embedded runner drains and ends when the API process that started it is gone,
     even killed (its standard input, a pipe from the API, closes): no runner, template or
-    sandbox process of it stays, holding a uid slot."""
+    sandbox process of it stays, holding a uid slot. The cgroup a host-root API delegated
+    to it, which the killed API could not remove, goes at the next API's start."""
     api = Serve(tmp_path / "data", {"TOOLKILN_BOOTSTRAP_TOKEN": TOKEN}).wait_ready(120)
     try:
         http = httpx.Client(base_url=api.base, headers=admin(TOKEN), timeout=60)
@@ -57,6 +66,8 @@ def test_an_api_killed_leaves_no_runner_behind(tmp_path: Path) -> None:
         runner = wait_for("the runner", lambda: _runner_of(api), 30)
         tree = [runner, *descendants(runner)]
         assert len(tree) > 1  # its templates and warm processes
+        groups = _delegated_groups(api.proc.pid)
+        assert bool(groups) == (os.geteuid() == 0 and bool(cgroups._places("")))
         api.proc.kill()
         api.proc.wait(30)
         wait_for(
@@ -66,3 +77,9 @@ def test_an_api_killed_leaves_no_runner_behind(tmp_path: Path) -> None:
         )
     finally:
         api.terminate(60)
+    assert all(g.exists() for g in groups)  # left by the killed API
+    again = Serve(tmp_path / "again", {"TOOLKILN_BOOTSTRAP_TOKEN": TOKEN}).wait_ready(120)
+    try:
+        assert not any(g.exists() for g in groups)
+    finally:
+        again.terminate(60)

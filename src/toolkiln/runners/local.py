@@ -38,6 +38,9 @@ log = logging.getLogger("toolkiln.runners")
 START_S = 120.0  # its sandboxes start (packages of a first start may be fetched later)
 STOP_S = 45.0  # a drain: calls in flight end within their own timeout (30 s at most)
 RESTART_FIRST_S, RESTART_MAX_S = 0.2, 10.0
+# The delegated cgroup of a root API's runner: this prefix, the API's pid, a random part
+# (what an API killed before its stop left is swept at the next start: cgroups.sweep).
+EMBEDDED_CGROUP = "toolkiln-embedded-"
 # Host variables a runner's package installers (pip, npm) may need (where to find them,
 # the host's CA bundle, a proxy); nothing else of the API's environment reaches it.
 KEPT = (
@@ -86,7 +89,9 @@ class OwnIds:
         os.chown(self.home, self.outer, self.outer, follow_symlinks=False)
         os.chmod(self.home, 0o700)
         parent = settings.sandbox_cgroup
-        self.cgroup = f"{parent}/toolkiln-embedded-{secrets.token_hex(4)}".strip("/")
+        cgroups.sweep(parent, EMBEDDED_CGROUP)
+        name = f"{EMBEDDED_CGROUP}{os.getpid()}-{secrets.token_hex(4)}"
+        self.cgroup = f"{parent}/{name}".strip("/")
         self.cgroups = cgroups.delegate(self.cgroup, self.outer)
 
     def env(self) -> dict[str, str]:

@@ -92,7 +92,7 @@ class Cgroups:
         self._all: list[Handle] = []  # every slot made: its files are closed with the slots
         self._made = 0
         self._lock = threading.Lock()
-        v2 = next((p for p in V2_CANDIDATES if self._v2_has(p, {"memory", "pids"})), None)
+        v2 = _v2_root()
         if v2 is not None:
             self.version = "v2"
             self.cpu = self.cpu_quota_us > 0 and self._v2_has(v2, {"cpu"})
@@ -131,7 +131,8 @@ class Cgroups:
         """Give the parent of the slots the CPU weight of as many tasks as it has slots.
         With group scheduling, a new cgroup competes as ONE task against the host's: all
         sandboxed calls would share one task's share of a busy host (each slot's quota still
-        caps it at its CPUs)."""
+        caps it at its CPUs). Below a delegated group, this splits that group's weight
+        between its sandboxes; the group itself keeps the weight it was given (``delegate``)."""
         if not self.cpu:
             return
         with contextlib.suppress(OSError):
@@ -341,39 +342,68 @@ def _thread_call(number: int, *args: int) -> None:
 
 
 V1_DELEGATED = ("memory", "pids", "cpu")
-# A new group competes as one task: every call of a delegated runner would share one task's
-# CPU on a busy host. It gets the weight of as many tasks as a sandbox runs at once, as the
-# sandbox gives its own groups (Cgroups._weigh).
-DELEGATED_CPU_SHARES = 1024 * 32
 
 
 def delegate(name: str, uid: int) -> list[Path]:
     """What an operator does for a runner of an unprivileged user (sandbox/layers.py, HOW):
     a cgroup ``name`` (below each v1 hierarchy, or the v2 root that has memory and pids)
     owned by ``uid``, for the runner to make its slots in. By the host's root; returns the
-    directories made, for ``undelegate``."""
-    v2 = next((p for p in V2_CANDIDATES if Cgroups._v2_has(p, {"memory", "pids"})), None)
+    directories made, for ``undelegate``. Its CPU weight stays the kernel's, one task's
+    (docs/decisions/222-a-delegated-group-weighs-one-task.md,
+    tests/sandbox/test_cgroup_weight.py)."""
+    made = _places(name)
+    for path in made:
+        path.mkdir(parents=True, exist_ok=True)
+    v2 = _v2_root()
     if v2 is not None:
-        made = [v2 / name]
-        made[0].mkdir(parents=True, exist_ok=True)
         wanted = "+memory +pids" + (" +cpu" if Cgroups._v2_has(v2, {"cpu"}) else "")
         for parent in reversed(made[0].parents[: len(Path(name).parts)]):  # down to it
             with contextlib.suppress(OSError):
                 (parent / "cgroup.subtree_control").write_text(wanted)
-    elif (V1 / "memory" / "cgroup.procs").exists():
-        made = [V1 / c / name for c in V1_DELEGATED if (V1 / c / "cgroup.procs").exists()]
-        for path in made:
-            path.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(OSError):
-            (V1 / "cpu" / name / "cpu.shares").write_text(str(DELEGATED_CPU_SHARES))
-    else:
-        return []
     for path in made:
         os.chown(path, uid, uid)
         for f in path.iterdir():
             if f.is_file():
                 os.chown(f, uid, uid)
     return made
+
+
+def _v2_root() -> Path | None:
+    """The cgroup v2 mount that has the memory and pids controllers, if one has."""
+    return next((p for p in V2_CANDIDATES if Cgroups._v2_has(p, {"memory", "pids"})), None)
+
+
+def _places(name: str) -> list[Path]:
+    """Where a group ``name`` is: below the v2 root that has memory and pids, else below
+    each v1 hierarchy of V1_DELEGATED; none without either."""
+    v2 = _v2_root()
+    if v2 is not None:
+        return [v2 / name]
+    if (V1 / "memory" / "cgroup.procs").exists():
+        return [V1 / c / name for c in V1_DELEGATED if (V1 / c / "cgroup.procs").exists()]
+    return []
+
+
+def sweep(parent: str, prefix: str) -> None:
+    """Removes the groups ``<parent>/<prefix><pid>-...`` that ``delegate`` made for a
+    process ``pid`` that is gone (killed before it could ``undelegate``). A live process's
+    groups stay, and so does any group still holding a process, which the kernel does not
+    let go (tests/sandbox/test_cgroup_weight.py)."""
+    for base in _places(parent):
+        for group in base.glob(f"{prefix}*"):
+            pid = group.name.removeprefix(prefix).split("-", 1)[0]
+            if group.is_dir() and pid.isdigit() and not _alive(int(pid)):
+                undelegate([group])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
 
 
 def undelegate(made: list[Path]) -> None:

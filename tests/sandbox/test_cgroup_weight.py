@@ -1,0 +1,138 @@
+"""CPU weight and leftovers of the sandbox's cgroups, with real cgroups and real processes.
+
+A sandbox's group weighs one task per slot it has made (``Cgroups._weigh``); a group
+delegated to a runner weighs one task, which its sandboxes split by their slots
+(docs/decisions/222-a-delegated-group-weighs-one-task.md). ``cgroups.sweep`` removes what a
+killed API's ``delegate`` left, and nothing of a live process's.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from toolkiln.sandbox import cgroups
+from toolkiln.sandbox.cgroups import Cgroups
+
+PREFIX = f"test-weight-{os.getpid()}-"
+
+
+def _weight(group: Path) -> int:
+    name = "cpu.weight" if cgroups._v2_root() is not None else "cpu.shares"
+    return int((group / name).read_text())
+
+
+def _cpu_place(name: str) -> Path:
+    """The group ``name`` in the hierarchy that weighs it."""
+    v2 = cgroups._v2_root()
+    return v2 / name if v2 is not None else cgroups.V1 / "cpu" / name
+
+
+@pytest.fixture
+def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
+    made: list[subprocess.Popen[bytes]] = []
+    yield made
+    for p in made:
+        p.kill()
+        p.wait()
+
+
+def _sleeper(procs: list[subprocess.Popen[bytes]]) -> int:
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    procs.append(p)
+    return p.pid
+
+
+def _slots(cg: Cgroups, n: int, procs: list[subprocess.Popen[bytes]]) -> None:
+    """``n`` slots made, each with a process in it."""
+    for _ in range(n):
+        cg.attach(_sleeper(procs))
+
+
+@pytest.fixture
+def delegated() -> Iterator[str]:
+    name = f"{PREFIX}{os.getpid()}-own"
+    made = cgroups.delegate(name, os.getuid())
+    if not made:
+        pytest.skip("no cgroup controllers for memory and pids on this host")
+    yield name
+    cgroups.undelegate(made)
+
+
+def test_a_sandbox_group_weighs_a_task_per_slot(procs: list[subprocess.Popen[bytes]]) -> None:
+    cg = Cgroups(f"{PREFIX}top", 64 << 20, 16)
+    try:
+        if not cg.cpu:
+            pytest.skip("no CPU controller for the sandbox's groups on this host")
+        _slots(cg, 3, procs)
+        unit = 100 if cg.version == "v2" else 1024
+        assert _weight(_cpu_place(f"toolkiln-{PREFIX}top")) == 3 * unit
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+        procs.clear()
+        cg.close()
+
+
+def test_a_delegated_group_weighs_one_task_split_by_slots(
+    delegated: str, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    first = Cgroups("a", 64 << 20, 16, parent=delegated)
+    second = Cgroups("b", 64 << 20, 16, parent=delegated)
+    try:
+        if not first.cpu:
+            pytest.skip("no CPU controller for the sandbox's groups on this host")
+        unit = 100 if first.version == "v2" else 1024
+        _slots(first, 2, procs)
+        _slots(second, 3, procs)
+        assert _weight(_cpu_place(delegated)) == unit
+        assert _weight(_cpu_place(f"{delegated}/toolkiln-a")) == 2 * unit
+        assert _weight(_cpu_place(f"{delegated}/toolkiln-b")) == 3 * unit
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+        procs.clear()
+        first.close()
+        second.close()
+
+
+def _gone_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def test_sweep_removes_a_gone_process_s_groups_only(
+    procs: list[subprocess.Popen[bytes]],
+) -> None:
+    gone, live = f"{PREFIX}{_gone_pid()}-aa", f"{PREFIX}{os.getpid()}-bb"
+    holding = f"{PREFIX}{_gone_pid()}-cc"
+    made = {n: cgroups.delegate(n, os.getuid()) for n in (gone, live, holding)}
+    if not made[gone]:
+        pytest.skip("no cgroup controllers for memory and pids on this host")
+    try:
+        for name in (gone, live, holding):  # what a runner makes below its group
+            for path in made[name]:
+                (path / "toolkiln-python" / "slot1").mkdir(parents=True)
+        pid = _sleeper(procs)
+        for path in made[holding]:
+            (path / "toolkiln-python" / "slot1" / "cgroup.procs").write_text(str(pid))
+
+        cgroups.sweep("", PREFIX)
+
+        assert not any(p.exists() for p in made[gone])
+        assert all((p / "toolkiln-python" / "slot1").is_dir() for p in made[live])
+        assert all((p / "toolkiln-python" / "slot1").is_dir() for p in made[holding])
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+        for paths in made.values():
+            cgroups.undelegate(paths)
