@@ -125,6 +125,27 @@ def test_the_runner_opens_nothing_of_the_apis(served: tuple[Serve, Path]) -> Non
         assert listing.returncode != 0, f"{prefix[0]} listed the data directory"
 
 
+def test_two_root_apis_runners_share_no_host_id(served: tuple[Serve, Path], tmp_path: Path) -> None:
+    """Each root API holds its runner's range while it lives (sandbox/userns.py,
+    ``embedded_range``): a second one on the host takes another, and one told the first's
+    range by TOOLKILN_SANDBOX_SUBUIDS is refused at start, naming it."""
+    api, _ = served
+    _, first, count = _mapping(wait_for("the runner", lambda: _runner_of(api), 60))
+    env = {"TOOLKILN_BOOTSTRAP_TOKEN": TOKEN}
+    other = Serve(tmp_path / "other", env).wait_ready(180)
+    try:
+        _, second, _ = _mapping(_unprivileged_runner(other)[0])
+        assert second >= first + count or second + count <= first, (first, second)
+    finally:
+        other.terminate(60)
+    same = Serve(tmp_path / "same", {**env, "TOOLKILN_SANDBOX_SUBUIDS": f"{first}:{count}"})
+    try:
+        assert same.proc.wait(120) != 0
+    finally:
+        same.terminate(60)
+    assert "TOOLKILN_SANDBOX_SUBUIDS" in same.log.read_text(errors="replace")
+
+
 def test_an_unprivileged_apis_runner_cannot_read_it() -> None:
     """An API of an unprivileged user and its embedded runner's top process share a host uid:
     the API is not dumpable, so that uid opens neither its environment nor its memory."""

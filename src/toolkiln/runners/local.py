@@ -76,7 +76,11 @@ class OwnIds:
     directory loses the permissions of others, which the runner's uid is."""
 
     def __init__(self, settings: SandboxSettings) -> None:
-        self.outer, self.count = userns.embedded_range(settings.sandbox_subuids)
+        try:
+            self.range = userns.embedded_range(settings.sandbox_subuids)
+        except userns.RangeHeld as exc:
+            raise ServiceUnavailable(str(exc), code="sandbox_unavailable") from None
+        self.outer, self.count = self.range.outer, self.range.count
         data = settings.data_dir.resolve()
         os.chmod(data, os.stat(data).st_mode & 0o770)
         self.home = data.with_name(data.name + "-runner")
@@ -103,6 +107,7 @@ class OwnIds:
 
     def close(self) -> None:
         cgroups.undelegate(self.cgroups)
+        self.range.close()
 
 
 class LocalRunner:

@@ -10,14 +10,11 @@ calls shared the per-uid process limit, and one could signal the other's process
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
-import stat
 import tempfile
 from pathlib import Path
 
-from toolkiln.sandbox import userns
+from toolkiln.sandbox import held, userns
 
 UIDS_PER_SANDBOX = 256
 FIRST_UID = 1_000_000
@@ -32,28 +29,15 @@ def _slots_dir() -> Path:
     """``/run/toolkiln-uid-slots`` (root's); elsewhere only for a runner that is not the
     host's root (in a user namespace its ids are its host user's alone: the directory is
     named by that user; without a jail, the development mode), and only a directory of its
-    own that nobody else can write (a world-writable ``/tmp`` would let another user plant or
-    swap slot files)."""
+    own that nobody else can write (``held.private_directory``)."""
     candidates = [Path("/run") / "toolkiln-uid-slots"]
     if userns.shape() != userns.HOST_ROOT:
         name = f"toolkiln-uid-slots-{userns.outside_uid()}"
         candidates.append(Path(tempfile.gettempdir()) / name)
-    for path in candidates:
-        with contextlib.suppress(OSError):
-            path.mkdir(mode=0o700, exist_ok=True)
-            info = path.lstat()
-            if stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid():
-                # 0700 whatever the umask it was made under: without its search bit only
-                # a process with CAP_DAC_OVERRIDE could use it (tests/security/test_uid_ranges.py).
-                os.chmod(path, 0o700)
-                info = path.lstat()
-            if (
-                stat.S_ISDIR(info.st_mode)
-                and info.st_uid == os.geteuid()
-                and not (info.st_mode & 0o077)
-            ):
-                return path
-    raise NoUidRange("no private directory for the uid slots (/run/toolkiln-uid-slots)")
+    path = held.private_directory(candidates)
+    if path is None:
+        raise NoUidRange("no private directory for the uid slots (/run/toolkiln-uid-slots)")
+    return path
 
 
 class UidRange:
@@ -61,20 +45,11 @@ class UidRange:
 
     def __init__(self) -> None:
         directory = _slots_dir()
-        flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
         # Root of a user namespace gives ids of its mapped range (userns.call_ids).
         first, count = userns.call_ids() or (FIRST_UID, SLOTS * UIDS_PER_SANDBOX)
         for slot in range(count // UIDS_PER_SANDBOX):
-            path = directory / str(slot)
-            fd = os.open(path, flags, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                # Locked the file the name still means (not one removed from under it).
-                held, named = os.fstat(fd), os.stat(path, follow_symlinks=False)
-                if (held.st_dev, held.st_ino) != (named.st_dev, named.st_ino):
-                    raise BlockingIOError
-            except (BlockingIOError, FileNotFoundError):
-                os.close(fd)
+            fd = held.take(directory, str(slot))
+            if fd is None:
                 continue
             self._fd: int | None = fd
             self.slot = slot

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from toolkiln.sandbox import held
 from toolkiln.sandbox.jail import linux
 from toolkiln.sandbox.layers import Missing
 
@@ -225,12 +226,46 @@ DEFAULT_OUTER = 0x70000000
 RANGE = 65_536  # ids 0 .. 65,535 in the namespace: the runner and its per-call uids
 
 
-def embedded_range(chosen: str | None) -> tuple[int, int]:
-    """(first host id, count) for the embedded runner of a host-root API
-    (docs/deployment.md, "The embedded runner as the host's root")."""
+# Each root API holds the blocks of RANGE ids its runner's range covers, by a lock file per
+# block here, for as long as it lives (the kernel lets go when it dies, killed or not).
+HELD = Path("/run/toolkiln-id-ranges")
+LAST_HOST_ID = 4294967294
+
+
+class RangeHeld(Exception):
+    """The range chosen for the embedded runner is another root API's on this host."""
+
+
+@dataclass(slots=True)
+class HeldRange:
+    """(first host id, count) of a root API's embedded runner, and the locks that keep
+    every other root API on the host out of it until ``close``."""
+
+    outer: int
+    count: int
+    locks: list[int]
+
+    def close(self) -> None:
+        for fd in self.locks:
+            os.close(fd)
+        self.locks = []
+
+
+def embedded_range(chosen: str | None) -> HeldRange:
+    """The range for the embedded runner of a host-root API (docs/deployment.md, "The
+    embedded runner as the host's root"), held: two root APIs on one host never share ids.
+    ``TOOLKILN_SANDBOX_SUBUIDS`` (``chosen``) held by another is refused; the user
+    ``toolkiln``'s range, or the default, gives way to the next free one above every range
+    listed (tests/sandbox/test_userns_ranges.py)."""
     if chosen is not None:
         start, count = (int(x) for x in chosen.split(":"))
-        return start, count
+        taken = _hold(start, count)
+        if taken is None:
+            raise RangeHeld(
+                f"TOOLKILN_SANDBOX_SUBUIDS={chosen} is the embedded runner's range of another "
+                "toolkiln process on this host: give each its own"
+            )
+        return taken
     listed = {f: _all_ranges(f) for f in ("/etc/subuid", "/etc/subgid")}
     try:
         user = pwd.getpwnam(EMBEDDED_USER)
@@ -239,11 +274,31 @@ def embedded_range(chosen: str | None) -> tuple[int, int]:
         names = {EMBEDDED_USER}
     mine = [{(s, n) for who, s, n in listed[f] if who in names and n >= RANGE} for f in listed]
     both = mine[0] & mine[1]
-    if both:
-        return min(both)[0], RANGE
+    if both and (taken := _hold(min(both)[0], RANGE)) is not None:
+        return taken
     ends = [s + n for f in listed for _, s, n in listed[f]]
-    start = max([DEFAULT_OUTER, *ends])
-    return -(-start // RANGE) * RANGE, RANGE
+    start = -(-max([DEFAULT_OUTER, *ends]) // RANGE) * RANGE
+    while start + RANGE - 1 <= LAST_HOST_ID:
+        if (taken := _hold(start, RANGE)) is not None:
+            return taken
+        start += RANGE
+    raise RangeHeld("no free range of host ids is left for the embedded runner")
+
+
+def _hold(start: int, count: int) -> HeldRange | None:
+    """The range held, or None if another process holds a block of it."""
+    directory = held.private_directory([HELD])
+    if directory is None:
+        raise RangeHeld(f"no private directory for the ranges of root APIs ({HELD})")
+    locks: list[int] = []
+    for block in range(start // RANGE, (start + count - 1) // RANGE + 1):
+        fd = held.take(directory, str(block))
+        if fd is None:
+            for taken in locks:
+                os.close(taken)
+            return None
+        locks.append(fd)
+    return HeldRange(start, count, locks)
 
 
 def _all_ranges(path: str) -> list[tuple[str, int, int]]:
