@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -33,25 +33,27 @@ def _cpu_place(name: str) -> Path:
     return v2 / name if v2 is not None else cgroups.V1 / "cpu" / name
 
 
-@pytest.fixture
-def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
-    made: list[subprocess.Popen[bytes]] = []
-    yield made
-    for p in made:
-        p.kill()
-        p.wait()
-
-
 def _sleeper(procs: list[subprocess.Popen[bytes]]) -> int:
     p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     procs.append(p)
     return p.pid
 
 
-def _slots(cg: Cgroups, n: int, procs: list[subprocess.Popen[bytes]]) -> None:
-    """``n`` slots made, each with a process in it."""
-    for _ in range(n):
-        cg.attach(_sleeper(procs))
+@pytest.fixture
+def groups() -> Iterator[Callable[..., Cgroups]]:
+    """Makes a sandbox's groups (``Cgroups``), closed after the test; skips the test on a
+    host without a CPU controller for them."""
+    made: list[Cgroups] = []
+
+    def make(name: str, parent: str = "") -> Cgroups:
+        made.append(Cgroups(name, 64 << 20, 16, parent=parent))
+        if not made[-1].cpu:
+            pytest.skip("no CPU controller for the sandbox's groups on this host")
+        return made[-1]
+
+    yield make
+    for cg in made:
+        cg.close()
 
 
 @pytest.fixture
@@ -64,43 +66,28 @@ def delegated() -> Iterator[str]:
     cgroups.undelegate(made)
 
 
-def test_a_sandbox_group_weighs_a_task_per_slot(procs: list[subprocess.Popen[bytes]]) -> None:
-    cg = Cgroups(f"{PREFIX}top", 64 << 20, 16)
-    try:
-        if not cg.cpu:
-            pytest.skip("no CPU controller for the sandbox's groups on this host")
-        _slots(cg, 3, procs)
-        unit = 100 if cg.version == "v2" else 1024
-        assert _weight(_cpu_place(f"toolkiln-{PREFIX}top")) == 3 * unit
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait()
-        procs.clear()
-        cg.close()
+def _slots(cg: Cgroups, n: int, procs: list[subprocess.Popen[bytes]]) -> int:
+    """``n`` slots made, each with a process in it; the weight of one task."""
+    for _ in range(n):
+        cg.attach(_sleeper(procs))
+    return 100 if cg.version == "v2" else 1024
+
+
+def test_a_sandbox_group_weighs_a_task_per_slot(
+    groups: Callable[..., Cgroups], procs: list[subprocess.Popen[bytes]]
+) -> None:
+    unit = _slots(groups(f"{PREFIX}top"), 3, procs)
+    assert _weight(_cpu_place(f"toolkiln-{PREFIX}top")) == 3 * unit
 
 
 def test_a_delegated_group_weighs_one_task_split_by_slots(
-    delegated: str, procs: list[subprocess.Popen[bytes]]
+    delegated: str, groups: Callable[..., Cgroups], procs: list[subprocess.Popen[bytes]]
 ) -> None:
-    first = Cgroups("a", 64 << 20, 16, parent=delegated)
-    second = Cgroups("b", 64 << 20, 16, parent=delegated)
-    try:
-        if not first.cpu:
-            pytest.skip("no CPU controller for the sandbox's groups on this host")
-        unit = 100 if first.version == "v2" else 1024
-        _slots(first, 2, procs)
-        _slots(second, 3, procs)
-        assert _weight(_cpu_place(delegated)) == unit
-        assert _weight(_cpu_place(f"{delegated}/toolkiln-a")) == 2 * unit
-        assert _weight(_cpu_place(f"{delegated}/toolkiln-b")) == 3 * unit
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait()
-        procs.clear()
-        first.close()
-        second.close()
+    unit = _slots(groups("a", delegated), 2, procs)
+    _slots(groups("b", delegated), 3, procs)
+    assert _weight(_cpu_place(delegated)) == unit
+    assert _weight(_cpu_place(f"{delegated}/toolkiln-a")) == 2 * unit
+    assert _weight(_cpu_place(f"{delegated}/toolkiln-b")) == 3 * unit
 
 
 def _gone_pid() -> int:

@@ -28,15 +28,6 @@ def cgroups() -> Iterator[Cgroups]:
     cg.close()
 
 
-@pytest.fixture
-def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
-    made: list[subprocess.Popen[bytes]] = []
-    yield made
-    for p in made:
-        p.kill()
-        p.wait()
-
-
 def _child(cg: Cgroups, procs: list[subprocess.Popen[bytes]]) -> WarmChild:
     p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     procs.append(p)
