@@ -123,3 +123,53 @@ def test_sweep_removes_a_gone_process_s_groups_only(
             p.wait()
         for paths in made.values():
             cgroups.undelegate(paths)
+
+
+def test_sweep_keeps_a_live_runner_s_group_of_another_pid_namespace() -> None:
+    """An API in a container of its own PID namespace that shares the host's cgroups names
+    its runner's group by its pid there, which may be no live process here: the sweep of a
+    root API here must not remove that group, nor the free slots whose files its runner
+    holds open (a write to a removed group's ``cgroup.procs`` fails, ENODEV)."""
+    if not cgroups._places(""):
+        pytest.skip("no cgroup controllers for memory and pids on this host")
+    if os.geteuid() != 0:
+        pytest.skip("a PID namespace of its own needs the host's root here")
+    gone = _gone_pid()  # its pid there: no process here
+    inner = (
+        "import os, sys\n"
+        "from toolkiln.sandbox import cgroups\n"
+        f"made = cgroups.delegate({PREFIX!r} + str(os.getpid()) + '-ns', 0)\n"
+        "for m in made: (m / 'slot1').mkdir()\n"
+        "fds = [os.open(m / 'slot1' / 'cgroup.procs', os.O_WRONLY) for m in made]\n"
+        "print(os.getpid(), flush=True)\n"
+        "sys.stdin.readline()\n"
+        "try:\n"
+        "    for fd in fds: os.write(fd, str(os.getpid()).encode())\n"
+        "    print('kept', flush=True)\n"
+        "except OSError as exc:\n"
+        "    print('broken', exc, flush=True)\n"
+        "cgroups.undelegate(made)\n"
+    )
+    outer = (  # pid 1 of the namespace: its next child gets the pid ``gone``
+        "import subprocess, sys\n"
+        f"open('/proc/sys/kernel/ns_last_pid', 'w').write(str({gone} - 1))\n"
+        f"sys.exit(subprocess.run([sys.executable, '-c', {inner!r}]).returncode)\n"
+    )
+    there = subprocess.Popen(
+        ["unshare", "--pid", "--fork", sys.executable, "-c", outer],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert there.stdin is not None and there.stdout is not None
+    try:
+        assert there.stdout.readline().strip() == str(gone)
+        cgroups.sweep("", PREFIX)
+        there.stdin.write("\n")
+        there.stdin.flush()
+        assert there.stdout.readline().strip() == "kept"
+    finally:
+        there.kill()
+        there.wait()
+        for base in cgroups._places(""):
+            cgroups.undelegate(list(base.glob(f"{PREFIX}{gone}-ns")))

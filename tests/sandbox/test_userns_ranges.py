@@ -10,9 +10,12 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from toolkiln.config import SandboxSettings
+from toolkiln.runners.local import OwnIds
 from toolkiln.sandbox import userns
 
 pytestmark = pytest.mark.skipif(
@@ -74,3 +77,21 @@ def test_a_range_is_free_again_once_closed_or_its_holder_killed(
         holder.send_signal(signal.SIGKILL)
         holder.wait()
     taken.append(userns.embedded_range(chosen))  # the kernel let go of the killed holder's
+
+
+def test_two_root_apis_on_one_data_directory_keep_one_runner_home(tmp_path: Path) -> None:
+    """A second root process on the same data directory (``toolkiln mcp``, ``generate``
+    or a second ``serve`` beside ``serve``: runners/local.py) must not take the first's
+    runner directory from it: the first runner, root of a namespace of its own range, can no
+    longer open its packages once ``<data>-runner`` is another range's, 0700."""
+    settings = SandboxSettings(data_dir=tmp_path / "data")
+    settings.data_dir.mkdir()
+    first = OwnIds(settings)
+    try:
+        second = OwnIds(settings)
+        try:
+            assert os.lstat(first.home).st_uid == first.outer, (first.outer, second.outer)
+        finally:
+            second.close()
+    finally:
+        first.close()
