@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
+import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.reliability.harness import Serve, admin, wait_for
 from tests.runners.harness import cmdline, descendants
 from toolkiln.runners.local import EMBEDDED_CGROUP
-from toolkiln.sandbox import cgroups
+from toolkiln.sandbox import cgroups, userns
 
 TOKEN = "tk_embedded-admin-token"
 CODE = {"language": "python", "code": "def main(**p):\n    return {'message': 'back'}\n"}
@@ -83,3 +86,46 @@ def test_an_api_killed_leaves_no_runner_behind(tmp_path: Path) -> None:
         assert not any(g.exists() for g in groups)
     finally:
         again.terminate(60)
+
+
+SLOW = {
+    "language": "python",
+    "code": "import time\ndef main(**p):\n    time.sleep(10)\n    return {'message': 'slow'}\n",
+}
+
+
+def test_a_killed_api_s_range_stays_held_while_its_runner_drains(tmp_path: Path) -> None:
+    """A killed host-root API's runner drains its calls in flight (up to their timeout) as
+    root of a namespace of the API's range: until it has ended, no other root API on the
+    host may take that range (sandbox/userns.py, ``embedded_range``)."""
+    if os.geteuid() != 0:
+        pytest.skip("the embedded runner has a range of its own only of a host-root API")
+    api = Serve(tmp_path / "data", {"TOOLKILN_BOOTSTRAP_TOKEN": TOKEN}).wait_ready(120)
+    try:
+        http = httpx.Client(base_url=api.base, headers=admin(TOKEN), timeout=60)
+        runner = wait_for("the runner", lambda: _runner_of(api), 30)
+        first = Path(f"/proc/{runner}/uid_map").read_text().split("\n")[0].split()
+        outer, count = int(first[1]), int(first[2])
+
+        def call() -> None:
+            try:
+                http.post("/v1/run-code", json=SLOW)
+            except httpx.HTTPError:
+                pass  # its API is killed under it
+
+        threading.Thread(target=call, daemon=True).start()
+        time.sleep(3)  # the call runs in the runner
+        api.proc.kill()
+        api.proc.wait(30)
+        assert Path(f"/proc/{runner}").exists()  # draining the call in flight
+        try:
+            taken: userns.HeldRange | None = userns.embedded_range(f"{outer}:{count}")
+        except userns.RangeHeld:
+            taken = None
+        alive = Path(f"/proc/{runner}").exists()
+        if taken is not None:
+            taken.close()
+        assert taken is None or not alive, "the draining runner's range was handed out again"
+        wait_for("the runner to end", lambda: not Path(f"/proc/{runner}").exists(), 60)
+    finally:
+        api.terminate(60)
