@@ -173,3 +173,17 @@ def test_sweep_keeps_a_live_runner_s_group_of_another_pid_namespace() -> None:
         there.wait()
         for base in cgroups._places(""):
             cgroups.undelegate(list(base.glob(f"{PREFIX}{gone}-ns")))
+
+
+def test_sweep_passes_over_a_name_that_is_no_pid() -> None:
+    """A group whose name only looks like ``<prefix><pid>-`` (``str.isdigit`` is true of
+    '²', which ``int`` refuses) is left alone, and the API's start goes on."""
+    odd = f"{PREFIX}\u00b2-x"
+    made = cgroups.delegate(odd, os.getuid())
+    if not made:
+        pytest.skip("no cgroup controllers for memory and pids on this host")
+    try:
+        cgroups.sweep("", PREFIX)
+        assert all(p.is_dir() for p in made)
+    finally:
+        cgroups.undelegate(made)
