@@ -99,8 +99,9 @@ def _gone_pid() -> int:
 def test_sweep_removes_a_gone_process_s_groups_only(
     procs: list[subprocess.Popen[bytes]],
 ) -> None:
-    gone, live = f"{PREFIX}{_gone_pid()}-aa", f"{PREFIX}{os.getpid()}-bb"
-    holding = f"{PREFIX}{_gone_pid()}-cc"
+    ns = os.stat("/proc/self/ns/pid").st_ino  # as cgroups.owned names a group
+    gone, live = f"{PREFIX}{ns}-{_gone_pid()}-aa", f"{PREFIX}{ns}-{os.getpid()}-bb"
+    holding = f"{PREFIX}{ns}-{_gone_pid()}-cc"
     made = {n: cgroups.delegate(n, os.getuid()) for n in (gone, live, holding)}
     if not made[gone]:
         pytest.skip("no cgroup controllers for memory and pids on this host")
@@ -138,7 +139,7 @@ def test_sweep_keeps_a_live_runner_s_group_of_another_pid_namespace() -> None:
     inner = (
         "import os, sys\n"
         "from toolkiln.sandbox import cgroups\n"
-        f"made = cgroups.delegate({PREFIX!r} + str(os.getpid()) + '-ns', 0)\n"
+        f"made = cgroups.delegate(cgroups.owned({PREFIX!r}), 0)\n"
         "for m in made: (m / 'slot1').mkdir()\n"
         "fds = [os.open(m / 'slot1' / 'cgroup.procs', os.O_WRONLY) for m in made]\n"
         "print(os.getpid(), flush=True)\n"
@@ -172,13 +173,13 @@ def test_sweep_keeps_a_live_runner_s_group_of_another_pid_namespace() -> None:
         there.kill()
         there.wait()
         for base in cgroups._places(""):
-            cgroups.undelegate(list(base.glob(f"{PREFIX}{gone}-ns")))
+            cgroups.undelegate(list(base.glob(f"{PREFIX}*-{gone}-*")))
 
 
 def test_sweep_passes_over_a_name_that_is_no_pid() -> None:
-    """A group whose name only looks like ``<prefix><pid>-`` (``str.isdigit`` is true of
+    """A group whose name only looks like ``cgroups.owned``'s (``str.isdigit`` is true of
     '²', which ``int`` refuses) is left alone, and the API's start goes on."""
-    odd = f"{PREFIX}\u00b2-x"
+    odd = f"{PREFIX}{os.stat('/proc/self/ns/pid').st_ino}-\u00b2-aa"
     made = cgroups.delegate(odd, os.getuid())
     if not made:
         pytest.skip("no cgroup controllers for memory and pids on this host")

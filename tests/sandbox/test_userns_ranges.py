@@ -95,3 +95,23 @@ def test_two_root_apis_on_one_data_directory_keep_one_runner_home(tmp_path: Path
             second.close()
     finally:
         first.close()
+
+
+def test_a_runner_directory_of_one_range_becomes_that_range_s(tmp_path: Path) -> None:
+    """``<data>-runner`` as one range owned it (its packages in it), as an earlier version
+    left it, is moved whole to ``<data>-runner/<its first id>``; the parent becomes root's,
+    which others may only pass through."""
+    free = userns.embedded_range(None)
+    free.close()
+    old = tmp_path / "data-runner"
+    (old / "packages").mkdir(parents=True)
+    os.chown(old, free.outer, free.outer)
+    (tmp_path / "data").mkdir()
+    chosen = f"{free.outer}:{free.count}"
+    ids = OwnIds(SandboxSettings(data_dir=tmp_path / "data", sandbox_subuids=chosen))
+    try:
+        assert ids.home == old / str(free.outer) and (ids.home / "packages").is_dir()
+        info = os.lstat(old)
+        assert (info.st_uid, info.st_mode & 0o777) == (0, 0o711)
+    finally:
+        ids.close()

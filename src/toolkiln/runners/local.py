@@ -38,8 +38,8 @@ log = logging.getLogger("toolkiln.runners")
 START_S = 120.0  # its sandboxes start (packages of a first start may be fetched later)
 STOP_S = 45.0  # a drain: calls in flight end within their own timeout (30 s at most)
 RESTART_FIRST_S, RESTART_MAX_S = 0.2, 10.0
-# The delegated cgroup of a root API's runner: this prefix, the API's pid, a random part
-# (what an API killed before its stop left is swept at the next start: cgroups.sweep).
+# The delegated cgroup of a root API's runner: this prefix, then its owner (cgroups.owned;
+# what an API killed before its stop left is swept at the next start: cgroups.sweep).
 EMBEDDED_CGROUP = "toolkiln-embedded-"
 # Host variables a runner's package installers (pip, npm) may need (where to find them,
 # the host's CA bundle, a proxy); nothing else of the API's environment reaches it.
@@ -71,9 +71,10 @@ def runner_env(settings: SandboxSettings) -> dict[str, str]:
 
 class OwnIds:
     """What the embedded runner of a host-root API is given: a range of host ids
-    (``userns.embedded_range``), a directory of its own beside the data directory
-    (``<data>-runner``: its packages, its socket), a cgroup delegated to it; and the data
-    directory loses the permissions of others, which the runner's uid is."""
+    (``userns.embedded_range``), a directory of that range's own beside the data directory
+    (``<data>-runner/<first id>``: its packages, its socket; two root processes on one data
+    directory hold two ranges), a cgroup delegated to it; and the data directory loses the
+    permissions of others, which the runner's uid is."""
 
     def __init__(self, settings: SandboxSettings) -> None:
         try:
@@ -83,7 +84,7 @@ class OwnIds:
         self.outer, self.count = self.range.outer, self.range.count
         data = settings.data_dir.resolve()
         os.chmod(data, os.stat(data).st_mode & 0o770)
-        self.home = data.with_name(data.name + "-runner")
+        self.home = _homes(data.with_name(data.name + "-runner")) / str(self.outer)
         self.home.mkdir(mode=0o700, exist_ok=True)
         if os.lstat(self.home).st_uid != self.outer:  # a range changed since: its files too
             for below, dirs, files in os.walk(self.home):
@@ -94,8 +95,7 @@ class OwnIds:
         os.chmod(self.home, 0o700)
         parent = settings.sandbox_cgroup
         cgroups.sweep(parent, EMBEDDED_CGROUP)
-        name = f"{EMBEDDED_CGROUP}{os.getpid()}-{secrets.token_hex(4)}"
-        self.cgroup = f"{parent}/{name}".strip("/")
+        self.cgroup = f"{parent}/{cgroups.owned(EMBEDDED_CGROUP)}".strip("/")
         self.cgroups = cgroups.delegate(self.cgroup, self.outer)
 
     def env(self) -> dict[str, str]:
@@ -108,6 +108,24 @@ class OwnIds:
     def close(self) -> None:
         cgroups.undelegate(self.cgroups)
         self.range.close()
+
+
+def _homes(path: Path) -> Path:
+    """``<data>-runner``: the host root's, others may only pass through it to the directory
+    of their range. One that a range owns (the layout of one range) becomes that range's."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        path.mkdir(mode=0o711)
+        return path
+    if info.st_uid != 0:
+        moving = path.with_name(f"{path.name}.{os.getpid()}")
+        os.rename(path, moving)
+        path.mkdir(mode=0o711)
+        os.rename(moving, path / str(info.st_uid))
+    os.chown(path, 0, 0, follow_symlinks=False)
+    os.chmod(path, 0o711)  # noqa: S103 (search only: into the directory of their range)
+    return path
 
 
 class LocalRunner:
@@ -139,7 +157,12 @@ class LocalRunner:
             self._argv += ["--map", f"{self.ids.outer}:{self.ids.count}"]
         self._stopping = threading.Event()
         self.restarts = 0
-        self.proc = self._spawn()
+        try:
+            self.proc = self._spawn()
+        except BaseException:
+            if self.ids is not None:
+                self.ids.close()
+            raise
         try:
             self._wait_ready()
         except BaseException:

@@ -16,6 +16,7 @@ import errno
 import fcntl
 import functools
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -384,16 +385,25 @@ def _places(name: str) -> list[Path]:
     return []
 
 
+def owned(prefix: str) -> str:
+    """A group name ``<prefix><pid namespace>-<pid>-<random>`` by which ``sweep`` knows its
+    owner: this process, in its PID namespace."""
+    return f"{prefix}{os.stat('/proc/self/ns/pid').st_ino}-{os.getpid()}-{os.urandom(4).hex()}"
+
+
 def sweep(parent: str, prefix: str) -> None:
-    """Removes the groups ``<parent>/<prefix><pid>-...`` that ``delegate`` made for a
-    process ``pid`` that is gone (killed before it could ``undelegate``). A live process's
-    groups stay, and so does any group still holding a process, which the kernel does not
-    let go (tests/sandbox/test_cgroup_weight.py)."""
+    """Removes the groups ``<parent>/`` ``owned`` by a process of this PID namespace that is
+    gone (killed before it could ``undelegate``). A live process's groups stay, and so do
+    those of another PID namespace (a container's, whose pids mean nothing here) and any
+    name not made by ``owned`` (tests/sandbox/test_cgroup_weight.py)."""
+    ours = os.stat("/proc/self/ns/pid").st_ino
+    whose = re.compile(rf"{re.escape(prefix)}(\d+)-(\d+)-[0-9a-f]+", re.ASCII)
     for base in _places(parent):
         for group in base.glob(f"{prefix}*"):
-            pid = group.name.removeprefix(prefix).split("-", 1)[0]
-            if group.is_dir() and pid.isdigit() and not _alive(int(pid)):
-                undelegate([group])
+            found = whose.fullmatch(group.name)
+            if found and int(found[1]) == ours and not _alive(int(found[2])):
+                if group.is_dir():
+                    undelegate([group])
 
 
 def _alive(pid: int) -> bool:

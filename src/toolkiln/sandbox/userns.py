@@ -12,6 +12,7 @@ inside it, and each call's uid is an id of the mapped range: an unprivileged uid
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import pwd
 import shutil
@@ -25,6 +26,8 @@ from pathlib import Path
 from toolkiln.sandbox import held
 from toolkiln.sandbox.jail import linux
 from toolkiln.sandbox.layers import Missing
+
+log = logging.getLogger("toolkiln.sandbox")
 
 HOST_ROOT = "host root"
 NAMESPACE_ROOT = "root of a user namespace"
@@ -259,11 +262,13 @@ def embedded_range(chosen: str | None) -> HeldRange:
     listed (tests/sandbox/test_userns_ranges.py)."""
     if chosen is not None:
         start, count = (int(x) for x in chosen.split(":"))
+        if start < 1:  # no range of unprivileged ids: the runner refuses it (runner_uid)
+            return HeldRange(start, count, [])
         taken = _hold(start, count)
         if taken is None:
             raise RangeHeld(
                 f"TOOLKILN_SANDBOX_SUBUIDS={chosen} is the embedded runner's range of another "
-                "toolkiln process on this host: give each its own"
+                "toolkiln process on this host, or processes of it still run: give each its own"
             )
         return taken
     listed = {f: _all_ranges(f) for f in ("/etc/subuid", "/etc/subgid")}
@@ -286,19 +291,47 @@ def embedded_range(chosen: str | None) -> HeldRange:
 
 
 def _hold(start: int, count: int) -> HeldRange | None:
-    """The range held, or None if another process holds a block of it."""
+    """The range held, or None if another process holds a block of it or a process of it
+    still runs (a killed API's runner draining its calls; a runner that holds no lock, of
+    the user ``toolkiln``'s range). Where no lock can be kept (``/run`` read-only), it is
+    taken unheld when no process of it runs."""
     directory = held.private_directory([HELD])
-    if directory is None:
-        raise RangeHeld(f"no private directory for the ranges of root APIs ({HELD})")
     locks: list[int] = []
-    for block in range(start // RANGE, (start + count - 1) // RANGE + 1):
-        fd = held.take(directory, str(block))
-        if fd is None:
-            for taken in locks:
-                os.close(taken)
-            return None
-        locks.append(fd)
+    try:
+        for block in range(start // RANGE, (start + count - 1) // RANGE + 1):
+            fd = held.take(directory, str(block)) if directory is not None else None
+            if fd is None and directory is not None:
+                raise BlockingIOError
+            if fd is not None:
+                locks.append(fd)
+        if _running(start, count):
+            raise BlockingIOError
+    except BlockingIOError:
+        for taken in locks:
+            os.close(taken)
+        return None
+    except BaseException:
+        for taken in locks:
+            os.close(taken)
+        raise
+    if directory is None:
+        log.warning("no lock for the runner's ids (%s cannot be made): taken unheld", HELD)
     return HeldRange(start, count, locks)
+
+
+def _running(start: int, count: int) -> bool:
+    """Whether a process this PID namespace sees has a uid of ``start`` .. + ``count``."""
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:  # its status, not its directory's owner: that is root's for one not dumpable
+            with open(f"/proc/{entry.name}/status", "rb") as f:
+                uids = next(line for line in f if line.startswith(b"Uid:")).split()[1:]
+        except (OSError, StopIteration):
+            continue  # gone meanwhile
+        if any(start <= int(uid) < start + count for uid in uids):
+            return True
+    return False
 
 
 def _all_ranges(path: str) -> list[tuple[str, int, int]]:
