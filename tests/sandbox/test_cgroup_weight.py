@@ -1,8 +1,8 @@
 """CPU weight and leftovers of the sandbox's cgroups, with real cgroups and real processes.
 
-A sandbox's group weighs one task per slot it has made (``Cgroups._weigh``); a group
-delegated to a runner weighs one task, which its sandboxes split by their slots
-(docs/decisions/222-a-delegated-group-weighs-one-task.md). ``cgroups.sweep`` removes what a
+A sandbox's group at the top weighs one task, as does a group delegated to a runner, which
+its sandboxes split by the slots each has made (``Cgroups._weigh``,
+docs/decisions/222-a-delegated-group-weighs-one-task.md). ``cgroups.sweep`` removes what a
 killed API's ``delegate`` left, and nothing of a live process's.
 """
 
@@ -73,11 +73,11 @@ def _slots(cg: Cgroups, n: int, procs: list[subprocess.Popen[bytes]]) -> int:
     return 100 if cg.version == "v2" else 1024
 
 
-def test_a_sandbox_group_weighs_a_task_per_slot(
+def test_a_sandbox_group_at_the_top_weighs_one_task(
     groups: Callable[..., Cgroups], procs: list[subprocess.Popen[bytes]]
 ) -> None:
     unit = _slots(groups(f"{PREFIX}top"), 3, procs)
-    assert _weight(_cpu_place(f"toolkiln-{PREFIX}top")) == 3 * unit
+    assert _weight(_cpu_place(f"toolkiln-{PREFIX}top")) == unit
 
 
 def test_a_delegated_group_weighs_one_task_split_by_slots(

@@ -93,6 +93,7 @@ class Cgroups:
         self._all: list[Handle] = []  # every slot made: its files are closed with the slots
         self._made = 0
         self._lock = threading.Lock()
+        self._parent = parent
         v2 = _v2_root()
         if v2 is not None:
             self.version = "v2"
@@ -129,12 +130,13 @@ class Cgroups:
         return {"version": self.version, "memory_mb": self.memory_bytes >> 20, "cpus": cpus}
 
     def _weigh(self) -> None:
-        """Give the parent of the slots the CPU weight of as many tasks as it has slots.
-        With group scheduling, a new cgroup competes as ONE task against the host's: all
-        sandboxed calls would share one task's share of a busy host (each slot's quota still
-        caps it at its CPUs). Below a delegated group, this splits that group's weight
-        between its sandboxes; the group itself keeps the weight it was given (``delegate``)."""
-        if not self.cpu:
+        """Below a delegated group (``parent``), which weighs one task (``delegate``), the
+        sandboxes split its weight by the slots each has made. At the top, a sandbox's group
+        keeps the kernel's weight, one task's: its calls' exits and warm-ups never outweigh
+        the threads that answer a call (each slot's quota still caps it at its CPUs;
+        docs/decisions/222-a-delegated-group-weighs-one-task.md,
+        tests/sandbox/test_cgroup_weight.py)."""
+        if not self.cpu or not self._parent:
             return
         with contextlib.suppress(OSError):
             if self.version == "v2":
