@@ -115,3 +115,17 @@ def test_a_runner_directory_of_one_range_becomes_that_range_s(tmp_path: Path) ->
         assert (info.st_uid, info.st_mode & 0o777) == (0, 0o711)
     finally:
         ids.close()
+
+
+def test_where_no_lock_can_be_kept_a_range_is_taken_unheld(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A read-only ``/run`` (a container's) does not stop a root API: its range is taken
+    without a lock, said in the log, and still not one a process of it runs in."""
+    monkeypatch.setattr(userns, "HELD", Path("/proc/toolkiln-id-ranges"))  # no mkdir there
+    taken = userns.embedded_range(None)
+    try:
+        assert taken.locks == [] and not userns._running(taken.outer, taken.count)
+        assert "taken unheld" in caplog.text
+    finally:
+        taken.close()
