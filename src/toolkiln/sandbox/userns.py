@@ -236,7 +236,8 @@ LAST_HOST_ID = 4294967294
 
 
 class RangeHeld(Exception):
-    """The range chosen for the embedded runner is another root API's on this host."""
+    """The range chosen for the embedded runner is another root API's on this host, or
+    processes with its ids still run."""
 
 
 @dataclass(slots=True)
