@@ -30,10 +30,10 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 from tests.conftest import PG_URL, free_port
+from tests.mcp.offered import WHO, python_tool
 from tests.reliability.harness import fresh_postgres_database
 from toolkiln.app import Runtime, build
 from toolkiln.config import Settings
-from toolkiln.domain.tools import ToolDraft
 from toolkiln.mcp_server.http import McpHttp
 from toolkiln.storage.prepared import ONE_STATEMENT
 
@@ -104,16 +104,14 @@ def _served(request: pytest.FixtureRequest, tmp_path: Path, url: str | None) -> 
         rt.services.access.bootstrap(TOKEN)
         who = rt.services.access.authenticate(TOKEN)
         ws = rt.services.access.create_workspace(None, f"reads-{request.param}")
-        tool = rt.services.tools.create(
+        tool = python_tool(
+            rt,
             who,
             ws.id,
-            ToolDraft.of(
-                name="greet",
-                language="python",
-                code="def main(**p):\n    return {'message': 'hello ' + p['who']}",
-                parameters={"who": {"type": "string", "required": True}},
-                execution_message_description="Greeting someone",
-            ),
+            "greet",
+            "def main(**p):\n    return {'message': 'hello ' + p['who']}",
+            parameters=WHO,
+            execution_message_description="Greeting someone",
         )
         agent = rt.services.agents.create(who, ws.id, "counted")
         rt.services.agents.enable_tool(who, agent.id, tool.id, None)

@@ -13,16 +13,13 @@ from typing import Any
 
 import anyio
 import httpx
-import httpx2
 import pytest
 from fastapi import FastAPI
-from mcp.client.session import ClientSession
-from mcp.client.streamable_http import streamable_http_client
 from mcp.types import LATEST_PROTOCOL_VERSION
 from mcp_types import INVALID_PARAMS
 
 from tests.conftest import serving
-from tests.mcp.offered import greet_and_boom
+from tests.mcp.offered import greet_and_boom, sdk_session
 from toolkiln.app import build
 from toolkiln.config import Settings
 from toolkiln.mcp_server.fast import SessionManager
@@ -205,16 +202,11 @@ def test_the_sdks_own_client(live: Live) -> None:
     """The official client over streamable HTTP, whose plain calls the transport answers."""
 
     async def run() -> list[Any]:
-        headers = {"Authorization": f"Bearer {TOKEN}"}
-        async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
-            url = f"{live.base}/mcp/agents/{live.agent}"
-            async with streamable_http_client(url, http_client=http) as (read, write, *_):
-                async with ClientSession(read, write) as session:
-                    await session.initialize()
-                    return [
-                        await session.call_tool(f"custom_{live.ok}", {"who": "sdk"}),
-                        await session.call_tool(f"custom_{live.bad}", {}),
-                    ]
+        async with sdk_session(f"{live.base}/mcp/agents/{live.agent}", TOKEN) as session:
+            return [
+                await session.call_tool(f"custom_{live.ok}", {"who": "sdk"}),
+                await session.call_tool(f"custom_{live.bad}", {}),
+            ]
 
     before = live.manager.answered
     ok, bad = anyio.run(run)

@@ -12,11 +12,9 @@ Real MCP over HTTP (the SDK's client) against the service on a real uvicorn.
 from __future__ import annotations
 
 import anyio
-import httpx2
 import pytest
-from mcp.client.session import ClientSession
-from mcp.client.streamable_http import streamable_http_client
 
+from tests.mcp.offered import sdk_session
 from tests.security.test_mcp_scoping import Counter, Live, Side, _add_tool, _in_thread, live
 from toolkiln.mcp_server import server
 
@@ -35,24 +33,15 @@ def test_a_flood_of_sessions_leaves_another_workspace_told(
             heard.seen()
 
     async def listed_once(side: Side) -> None:
-        headers = {"Authorization": f"Bearer {side.token}"}
-        async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
-            url = f"{live.base}/mcp/agents/{side.agent_id}"
-            async with streamable_http_client(url, http_client=http) as (read, write, *_):
-                async with ClientSession(read, write) as s:
-                    await s.initialize()
-                    await s.list_tools()
+        async with sdk_session(f"{live.base}/mcp/agents/{side.agent_id}", side.token) as s:
+            await s.list_tools()
 
     async def b_session(ready: anyio.Event, done: anyio.Event) -> None:
-        headers = {"Authorization": f"Bearer {live.y.token}"}
-        async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
-            url = f"{live.base}/mcp/agents/{live.y.agent_id}"
-            async with streamable_http_client(url, http_client=http) as (read, write, *_):
-                async with ClientSession(read, write, message_handler=on_message) as s:
-                    await s.initialize()
-                    await s.list_tools()
-                    ready.set()
-                    await done.wait()
+        url = f"{live.base}/mcp/agents/{live.y.agent_id}"
+        async with sdk_session(url, live.y.token, message_handler=on_message) as s:
+            await s.list_tools()
+            ready.set()
+            await done.wait()
 
     async def run() -> None:
         ready, done = anyio.Event(), anyio.Event()
